@@ -1,0 +1,68 @@
+package authorizer
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/authorization/union"
+)
+
+// DefaultDecision is what deputy answers when none of its authorizers has an
+// opinion.
+type DefaultDecision string
+
+const (
+	// DefaultNoOpinion lets kube-apiserver's next authorizer (usually RBAC)
+	// decide: the SubjectAccessReview status has allowed and denied false.
+	DefaultNoOpinion DefaultDecision = "NoOpinion"
+	// DefaultDeny answers denied: true, so no later authorizer can allow.
+	DefaultDeny DefaultDecision = "Deny"
+)
+
+// Options configure New.
+type Options struct {
+	// Default is the decision when nothing allows or denies; "" means NoOpinion.
+	Default DefaultDecision
+}
+
+// New composes named authorizers (evaluated in order with k8s.io/apiserver's
+// union: the first Allow or Deny wins, reasons and errors of the others are
+// aggregated) and applies opts.Default to a NoOpinion result. With DefaultDeny
+// an evaluation error also becomes a Deny: an error is never an Allow.
+//
+// Errors: an empty or duplicate authorizer name.
+func New(opts Options, authorizers ...union.NamedAuthorizer) (authorizer.Authorizer, error) {
+	u, err := union.New(authorizers...)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Default != DefaultDeny {
+		return u, nil
+	}
+	return authorizer.AuthorizerFunc(func(ctx context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+		d, reason, err := u.Authorize(ctx, a)
+		if d != authorizer.DecisionNoOpinion {
+			return d, reason, err
+		}
+		if reason == "" {
+			reason = "deputy: no policy rule allows this request"
+		} else {
+			reason = fmt.Sprintf("deputy: no policy rule allows this request (%s)", reason)
+		}
+		return authorizer.DecisionDeny, reason, err
+	}), nil
+}
+
+// ParseDefaultDecision validates a configured default decision.
+//
+// Errors: any value other than "", "NoOpinion" or "Deny".
+func ParseDefaultDecision(s string) (DefaultDecision, error) {
+	switch DefaultDecision(s) {
+	case "", DefaultNoOpinion:
+		return DefaultNoOpinion, nil
+	case DefaultDeny:
+		return DefaultDeny, nil
+	}
+	return "", fmt.Errorf("unsupported default decision %q: use NoOpinion or Deny", s)
+}

@@ -1,0 +1,14 @@
+// Package authorizer makes deputy's SubjectAccessReview decisions. It takes
+// k8s.io/apiserver authorizer.Attributes and returns a Decision, a reason and
+// an evaluation error, exactly as kube-apiserver's authorizers do:
+//
+//   - RBAC evaluates Role/ClusterRole bindings from the current policy snapshot
+//     with the semantics of kube-apiserver's RBAC authorizer
+//     (plugin/pkg/auth/authorizer/rbac), reason strings included, but with
+//     bindings indexed by subject so the cost does not grow with the number of
+//     bindings;
+//   - New composes deputy's authorizers with k8s.io/apiserver's union and
+//     applies the configured default decision.
+//
+// It must not do HTTP. An error here is never an Allow.
+package authorizer

@@ -1,0 +1,103 @@
+package certs
+
+import (
+	"crypto"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	certutil "k8s.io/client-go/util/cert"
+	"k8s.io/client-go/util/keyutil"
+)
+
+// LoadCertPool reads a PEM bundle of one or more CERTIFICATE blocks from path
+// (e.g. CACertFile, or the client CA deputy trusts) into a new pool.
+//
+// Errors: the file cannot be read (the error wraps fs.ErrNotExist when it is
+// missing), or it holds no parseable certificate; both name the path.
+func LoadCertPool(path string) (*x509.CertPool, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("failed to read CA bundle: %w", err)
+	}
+	certs, err := certutil.ParseCertsPEM(data)
+	if err != nil {
+		return nil, fmt.Errorf("failed to load CA bundle %s: %w", path, err)
+	}
+	pool := x509.NewCertPool()
+	for _, c := range certs {
+		pool.AddCert(c)
+	}
+	return pool, nil
+}
+
+// APIServerClient is what kube-apiserver needs to call deputy, as PEM: the CA
+// that signed deputy's serving certificate, and the client certificate and
+// key kube-apiserver presents.
+type APIServerClient struct {
+	// CA is the content of CACertFile.
+	CA []byte
+	// Cert is the content of ClientCertFile.
+	Cert []byte
+	// Key is the content of ClientKeyFile.
+	Key []byte
+}
+
+// LoadAPIServerClient reads CACertFile, ClientCertFile and ClientKeyFile from
+// dir (as written by Init) and checks that they parse, that the key belongs to
+// the certificate, and that the certificate verifies against the CA for client
+// authentication at the current time.
+//
+// Errors name the file. A missing file's error wraps fs.ErrNotExist so a
+// caller can suggest running Init; other problems suggest rerunning Init
+// (with --force for a corrupt file).
+func LoadAPIServerClient(dir string) (APIServerClient, error) {
+	return loadAPIServerClient(dir, time.Now())
+}
+
+func loadAPIServerClient(dir string, now time.Time) (APIServerClient, error) {
+	var out APIServerClient
+	var errs []error
+	read := func(name string) []byte {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("failed to read %s: %w", name, err))
+		}
+		return data
+	}
+	out.CA, out.Cert, out.Key = read(CACertFile), read(ClientCertFile), read(ClientKeyFile)
+	if err := errors.Join(errs...); err != nil {
+		return APIServerClient{}, err
+	}
+
+	cas, err := certutil.ParseCertsPEM(out.CA)
+	if err != nil {
+		return APIServerClient{}, corrupt(filepath.Join(dir, CACertFile), true, err)
+	}
+	chain, err := certutil.ParseCertsPEM(out.Cert)
+	if err != nil {
+		return APIServerClient{}, corrupt(filepath.Join(dir, ClientCertFile), false, err)
+	}
+	k, err := keyutil.ParsePrivateKeyPEM(out.Key)
+	if err != nil {
+		return APIServerClient{}, corrupt(filepath.Join(dir, ClientKeyFile), false, err)
+	}
+	key, ok := k.(crypto.Signer)
+	if !ok || !keyMatches(chain[0], key) {
+		return APIServerClient{}, fmt.Errorf("%s does not belong to %s: run \"deputy certs init --dir %s\" again to reissue the client certificate", filepath.Join(dir, ClientKeyFile), filepath.Join(dir, ClientCertFile), dir)
+	}
+	roots, inter := x509.NewCertPool(), x509.NewCertPool()
+	for _, c := range cas {
+		roots.AddCert(c)
+	}
+	for _, c := range chain[1:] {
+		inter.AddCert(c)
+	}
+	if _, err := chain[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		return APIServerClient{}, fmt.Errorf("%s does not verify against %s for client auth (%v): run \"deputy certs init --dir %s\" again to reissue it", filepath.Join(dir, ClientCertFile), filepath.Join(dir, CACertFile), err, dir)
+	}
+	return out, nil
+}

@@ -1,0 +1,17 @@
+// Command deputy answers kube-apiserver's SubjectAccessReview, TokenReview and
+// AdmissionReview webhooks and syncs GitOps applications as per-project
+// ServiceAccounts. See README.md.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(execute(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}

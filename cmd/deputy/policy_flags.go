@@ -1,0 +1,37 @@
+package main
+
+import (
+	"fmt"
+
+	"deputy.dev/deputy/config"
+	"deputy.dev/deputy/examples"
+	"deputy.dev/deputy/policy"
+)
+
+// loadPolicyOnce loads the policy named by --policy, else by the --config
+// file's policy.paths, else the embedded examples, and returns the snapshot and
+// a description of where it came from.
+//
+// Errors: an unreadable config file, and every policy problem (file and
+// document named).
+func loadPolicyOnce(configFile string, paths []string) (*policy.Snapshot, string, error) {
+	if len(paths) == 0 && configFile != "" {
+		cfg, err := config.Load(configFile)
+		if err != nil {
+			return nil, "", err
+		}
+		paths = cfg.Policy.Paths
+	}
+	var src *policy.FileSource
+	what := fmt.Sprintf("%v", paths)
+	if len(paths) == 0 {
+		src = policy.NewFileSource([]string{"."}, policy.FileSourceOptions{FS: examples.FS})
+		what = "the embedded example policy"
+	} else {
+		src = policy.NewFileSource(paths, policy.FileSourceOptions{})
+	}
+	if err := src.Load(); err != nil {
+		return nil, what, err
+	}
+	return src.Current(), what, nil
+}

@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"deputy.dev/deputy/certs"
+	"deputy.dev/deputy/config"
+	"deputy.dev/deputy/examples"
+	"deputy.dev/deputy/webhook"
+)
+
+// serveFunc runs the server with a complete, valid configuration.
+type serveFunc func(ctx context.Context, cfg *config.DeputyConfiguration, out io.Writer) error
+
+// serveFlags are the flags of `deputy serve`; each overrides its config field
+// when given.
+type serveFlags struct {
+	configFile      string
+	policy          []string
+	listen          string
+	certDir         string
+	certFile        string
+	keyFile         string
+	clientCAFile    string
+	allowedNames    []string
+	defaultDecision string
+	apiAudiences    []string
+	logLevel        string
+	logFormat       string
+	shutdownDelay   time.Duration
+	gracePeriod     time.Duration
+}
+
+func newServeCommand(run serveFunc) *cobra.Command {
+	var f serveFlags
+	cmd := &cobra.Command{
+		Use:   "serve [--config FILE] [--policy PATH]... [--listen HOST:PORT] [--cert-dir DIR | --tls-cert-file F --tls-private-key-file F] [--client-ca-file F]",
+		Short: "Serve /authorize, /authenticate and /validate for kube-apiserver",
+		Long: `Serve SubjectAccessReview (/authorize), TokenReview (/authenticate) and
+AdmissionReview (/validate) over HTTPS, plus /healthz, /readyz and /metrics.
+
+Without flags deputy uses its embedded default: 127.0.0.1:8443, development
+certificates generated under .deputy/certs, kube-apiserver client certificates
+from that CA, and the example policy built into the binary.
+
+Flags override the fields of --config (config.deputy.dev/v1alpha1
+DeputyConfiguration, see docs/configuration.md).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := resolveServeConfig(cmd, &f)
+			if err != nil {
+				return err
+			}
+			return run(cmd.Context(), cfg, cmd.OutOrStdout())
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&f.configFile, "config", "", "DeputyConfiguration file (YAML)")
+	fs.StringArrayVar(&f.policy, "policy", nil, "policy file or directory (.yaml/.yml/.json objects, .csv tokens); repeatable; default: the embedded examples")
+	fs.StringVar(&f.listen, "listen", "", "HOST:PORT to serve on (default "+config.DefaultListen+")")
+	fs.StringVar(&f.certDir, "cert-dir", "", "directory with tls.crt/tls.key (and ca.crt); development certificates are generated there when none exist (default "+config.DefaultCertDir+")")
+	fs.StringVar(&f.certFile, "tls-cert-file", "", "serving certificate (PEM), reloaded on change")
+	fs.StringVar(&f.keyFile, "tls-private-key-file", "", "serving private key (PEM), reloaded on change")
+	fs.StringVar(&f.clientCAFile, "client-ca-file", "", "require client certificates signed by this CA on the review endpoints (default with --cert-dir: its ca.crt)")
+	fs.StringSliceVar(&f.allowedNames, "allowed-client-names", nil, "client certificate common names allowed on the review endpoints (default with --cert-dir: kube-apiserver)")
+	fs.StringVar(&f.defaultDecision, "default-decision", "", "answer when no policy allows: NoOpinion (default) or Deny")
+	fs.StringSliceVar(&f.apiAudiences, "api-audiences", nil, "audiences static tokens are valid for (default "+config.DefaultAPIAudience+")")
+	fs.StringVar(&f.logLevel, "log-level", "", "debug, info (default), warn or error")
+	fs.StringVar(&f.logFormat, "log-format", "", "text (default) or json")
+	fs.DurationVar(&f.shutdownDelay, "shutdown-delay", 0, "keep serving with /readyz red this long after SIGTERM")
+	fs.DurationVar(&f.gracePeriod, "shutdown-grace-period", 0, "how long in-flight requests may take to drain after SIGTERM (default 30s)")
+	return cmd
+}
+
+// resolveServeConfig builds the configuration: embedded defaults, then the
+// --config file, then every flag that was given; then defaults for what is
+// still unset, then validation (all errors at once).
+func resolveServeConfig(cmd *cobra.Command, f *serveFlags) (*config.DeputyConfiguration, error) {
+	cfg := &config.DeputyConfiguration{}
+	if f.configFile != "" {
+		var err error
+		if cfg, err = config.Load(f.configFile); err != nil {
+			return nil, err
+		}
+	}
+	changed := cmd.Flags().Changed
+	if changed("policy") {
+		cfg.Policy.Paths = f.policy
+	}
+	if changed("listen") {
+		cfg.Listen = f.listen
+	}
+	if changed("cert-dir") {
+		cfg.TLS.CertDir = f.certDir
+	}
+	if changed("tls-cert-file") {
+		cfg.TLS.CertFile = f.certFile
+	}
+	if changed("tls-private-key-file") {
+		cfg.TLS.KeyFile = f.keyFile
+	}
+	if changed("client-ca-file") {
+		cfg.TLS.ClientCAFile = f.clientCAFile
+	}
+	if changed("allowed-client-names") {
+		cfg.TLS.AllowedClientNames = f.allowedNames
+	}
+	if changed("default-decision") {
+		cfg.Authorization.DefaultDecision = f.defaultDecision
+	}
+	if changed("api-audiences") {
+		cfg.Authentication.APIAudiences = f.apiAudiences
+	}
+	if changed("log-level") {
+		cfg.Logging.Level = f.logLevel
+	}
+	if changed("log-format") {
+		cfg.Logging.Format = f.logFormat
+	}
+	if changed("shutdown-delay") {
+		cfg.Shutdown.Delay.Duration = f.shutdownDelay
+	}
+	if changed("shutdown-grace-period") {
+		cfg.Shutdown.GracePeriod.Duration = f.gracePeriod
+	}
+	cfg.APIVersion, cfg.Kind = config.APIVersion, config.Kind
+	config.SetDefaults(cfg)
+	if errs := config.Validate(cfg); len(errs) > 0 {
+		var b strings.Builder
+		b.WriteString("invalid configuration:")
+		for _, e := range errs {
+			b.WriteString("\n  ")
+			b.WriteString(e.Error())
+		}
+		return nil, fmt.Errorf("%s", b.String())
+	}
+	return cfg, nil
+}
+
+// runServe is the real serveFunc.
+func runServe(ctx context.Context, cfg *config.DeputyConfiguration, out io.Writer) error {
+	log := newLogger(cfg.Logging, os.Stderr)
+	ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
+	klog.SetSlogLogger(log)
+	return webhook.Run(ctx, cfg, log, func(s webhook.Serving) {
+		printHints(out, s)
+	})
+}
+
+func newLogger(c config.Logging, w io.Writer) *slog.Logger {
+	level := map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}[c.Level]
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// printHints tells a newcomer what to do next: working curl lines against the
+// example policy and the command that points a kube-apiserver at deputy.
+func printHints(out io.Writer, s webhook.Serving) {
+	url := "https://" + s.Addr.String()
+	fmt.Fprintf(out, "deputy is serving on %s\n", url)
+	if s.CertDir == "" {
+		return
+	}
+	tlsArgs := "--cacert " + filepath.Join(s.CertDir, certs.CACertFile)
+	if s.ClientCAFile != "" {
+		tlsArgs += " --cert " + filepath.Join(s.CertDir, certs.ClientCertFile) + " --key " + filepath.Join(s.CertDir, certs.ClientKeyFile)
+	}
+	if s.EmbeddedPolicy {
+		sar := func(ns string) string {
+			return fmt.Sprintf(`{"apiVersion":"authorization.k8s.io/v1","kind":"SubjectAccessReview","spec":{"user":"alice","groups":["system:authenticated"],"resourceAttributes":{"verb":"list","resource":"pods","namespace":"%s"}}}`, ns)
+		}
+		tr := fmt.Sprintf(`{"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview","spec":{"token":"%s"}}`, examples.AliceToken)
+		fmt.Fprintf(out, "\nTry it (example policy: alice may list pods in team-a only):\n")
+		fmt.Fprintf(out, "  # allowed\n  curl -s %s -H 'Content-Type: application/json' %s/authorize -d '%s'\n", tlsArgs, url, sar("team-a"))
+		fmt.Fprintf(out, "  # not allowed (no opinion: kube-apiserver's next authorizer decides)\n  curl -s %s -H 'Content-Type: application/json' %s/authorize -d '%s'\n", tlsArgs, url, sar("team-b"))
+		fmt.Fprintf(out, "  # token review of the demo token %s\n  curl -s %s -H 'Content-Type: application/json' %s/authenticate -d '%s'\n", examples.AliceToken, tlsArgs, url, tr)
+	}
+	fmt.Fprintf(out, "\nPoint a kube-apiserver at it:\n  %s config apiserver --url %s --certs %s --out %s\n",
+		selfName(), url, s.CertDir, filepath.Join(filepath.Dir(filepath.Clean(s.CertDir)), "apiserver"))
+	fmt.Fprintf(out, "\nHealth: curl -s %s %s/readyz?verbose   Metrics: %s/metrics   Stop: Ctrl-C\n", "--cacert "+filepath.Join(s.CertDir, certs.CACertFile), url, url)
+}
+
+// selfName is how the user invoked deputy, for copy-paste hints.
+func selfName() string {
+	if len(os.Args) > 0 && strings.Contains(os.Args[0], string(filepath.Separator)) {
+		return os.Args[0]
+	}
+	return "deputy"
+}

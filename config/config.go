@@ -1,0 +1,283 @@
+// Package config defines deputy's versioned configuration file
+// (config.deputy.dev/v1alpha1 DeputyConfiguration): its defaults, decoding
+// and validation. Every field is also a flag of `deputy serve`; flags override
+// the file. The package must not start anything.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	kjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+)
+
+// APIVersion and Kind identify the configuration file.
+const (
+	APIVersion = "config.deputy.dev/v1alpha1"
+	Kind       = "DeputyConfiguration"
+)
+
+// DeputyConfiguration is the whole configuration of `deputy serve`.
+type DeputyConfiguration struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// Listen is the HOST:PORT the HTTPS server binds. Default 127.0.0.1:8443.
+	Listen string `json:"listen,omitempty"`
+	// TLS configures serving and client certificates.
+	TLS TLS `json:"tls,omitempty"`
+	// Policy configures where RBAC objects, AppProjects and tokens come from.
+	Policy Policy `json:"policy,omitempty"`
+	// Authorization configures SubjectAccessReview answers.
+	Authorization Authorization `json:"authorization,omitempty"`
+	// Authentication configures TokenReview answers.
+	Authentication Authentication `json:"authentication,omitempty"`
+	// Shutdown configures how SIGTERM is handled.
+	Shutdown Shutdown `json:"shutdown,omitempty"`
+	// Logging configures the log output.
+	Logging Logging `json:"logging,omitempty"`
+}
+
+// TLS configures the serving certificate and client-certificate
+// authentication of the review endpoints.
+type TLS struct {
+	// CertDir holds tls.crt/tls.key (and ca.crt); when neither CertFile nor
+	// KeyFile is set and the directory has no certificates, deputy generates a
+	// development CA and certificates there (`deputy certs init`).
+	CertDir string `json:"certDir,omitempty"`
+	// CertFile and KeyFile are the serving certificate and key (PEM). They are
+	// reloaded when they change.
+	CertFile string `json:"certFile,omitempty"`
+	KeyFile  string `json:"keyFile,omitempty"`
+	// ClientCAFile, when set, requires a client certificate signed by this CA
+	// on /authorize and /authenticate (and /validate with
+	// RequireClientCertForValidate). With CertDir and no ClientCAFile, the
+	// CertDir's ca.crt is used.
+	ClientCAFile string `json:"clientCAFile,omitempty"`
+	// AllowedClientNames restricts the client certificate's common name; empty
+	// allows any name the CA signed. Default with CertDir: [kube-apiserver].
+	AllowedClientNames []string `json:"allowedClientNames,omitempty"`
+	// RequireClientCertForValidate also requires the client certificate on
+	// /validate. kube-apiserver presents one to admission webhooks only when
+	// configured through --admission-control-config-file, so it is off by
+	// default.
+	RequireClientCertForValidate bool `json:"requireClientCertForValidate,omitempty"`
+	// MinVersion is VersionTLS12 (default) or VersionTLS13.
+	MinVersion string `json:"minVersion,omitempty"`
+}
+
+// Policy configures the policy sources.
+type Policy struct {
+	// Paths are files or directories of policy (.yaml/.yml/.json objects,
+	// .csv token files). Empty means the example policy embedded in the binary.
+	Paths []string `json:"paths,omitempty"`
+	// PollInterval re-reads the files this often besides reacting to file
+	// events; 0 disables polling. Default 30s.
+	PollInterval metav1.Duration `json:"pollInterval,omitempty"`
+}
+
+// Authorization configures SubjectAccessReview answers.
+type Authorization struct {
+	// DefaultDecision is NoOpinion (default: kube-apiserver's next authorizer
+	// decides) or Deny (nothing deputy does not allow is allowed).
+	DefaultDecision string `json:"defaultDecision,omitempty"`
+}
+
+// Authentication configures TokenReview answers.
+type Authentication struct {
+	// APIAudiences are the audiences static tokens are valid for; a
+	// TokenReview without spec.audiences is checked against these, one with
+	// audiences must intersect them. kube-apiserver sends its --api-audiences
+	// (by default its --service-account-issuer). Default:
+	// [https://kubernetes.default.svc.cluster.local].
+	APIAudiences []string `json:"apiAudiences,omitempty"`
+}
+
+// Shutdown configures graceful termination.
+type Shutdown struct {
+	// Delay keeps serving (with /readyz red) this long after SIGTERM so load
+	// balancers stop sending traffic first. Default 0.
+	Delay metav1.Duration `json:"delay,omitempty"`
+	// GracePeriod bounds how long in-flight requests may take to drain.
+	// Default 30s.
+	GracePeriod metav1.Duration `json:"gracePeriod,omitempty"`
+}
+
+// Logging configures log output.
+type Logging struct {
+	// Level is debug, info (default), warn or error.
+	Level string `json:"level,omitempty"`
+	// Format is text (default) or json.
+	Format string `json:"format,omitempty"`
+}
+
+// Defaults of the embedded configuration.
+const (
+	DefaultListen       = "127.0.0.1:8443"
+	DefaultCertDir      = ".deputy/certs"
+	DefaultPollInterval = 30 * time.Second
+	DefaultGracePeriod  = 30 * time.Second
+	DefaultAPIAudience  = "https://kubernetes.default.svc.cluster.local"
+	DefaultClientName   = "kube-apiserver"
+)
+
+// Default returns the embedded default configuration: 127.0.0.1:8443,
+// generated certificates under .deputy/certs, client certificates from that
+// CA with the name kube-apiserver, the embedded example policy, NoOpinion.
+func Default() *DeputyConfiguration {
+	c := &DeputyConfiguration{TypeMeta: metav1.TypeMeta{APIVersion: APIVersion, Kind: Kind}}
+	SetDefaults(c)
+	return c
+}
+
+// SetDefaults fills unset fields with their defaults. CertDir is defaulted
+// only when no serving certificate file is configured.
+func SetDefaults(c *DeputyConfiguration) {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.TLS.CertFile == "" && c.TLS.KeyFile == "" && c.TLS.CertDir == "" {
+		c.TLS.CertDir = DefaultCertDir
+	}
+	if c.TLS.MinVersion == "" {
+		c.TLS.MinVersion = "VersionTLS12"
+	}
+	if c.Policy.PollInterval.Duration == 0 {
+		c.Policy.PollInterval.Duration = DefaultPollInterval
+	}
+	if c.Authorization.DefaultDecision == "" {
+		c.Authorization.DefaultDecision = "NoOpinion"
+	}
+	if len(c.Authentication.APIAudiences) == 0 {
+		c.Authentication.APIAudiences = []string{DefaultAPIAudience}
+	}
+	if c.Shutdown.GracePeriod.Duration == 0 {
+		c.Shutdown.GracePeriod.Duration = DefaultGracePeriod
+	}
+	if c.Logging.Level == "" {
+		c.Logging.Level = "info"
+	}
+	if c.Logging.Format == "" {
+		c.Logging.Format = "text"
+	}
+}
+
+// Load reads a configuration file strictly (unknown and duplicate fields are
+// errors, field names are case-sensitive) without applying defaults.
+//
+// Errors: unreadable file, invalid YAML, wrong apiVersion/kind, unknown fields;
+// each names the file.
+func Load(path string) (*DeputyConfiguration, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("failed to read config file: %w", err)
+	}
+	return Decode(path, data)
+}
+
+// Decode is Load on bytes; name is used in error messages.
+func Decode(name string, data []byte) (*DeputyConfiguration, error) {
+	jsonData, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		return nil, fmt.Errorf("config file %s: not valid YAML: %w", name, err)
+	}
+	var c DeputyConfiguration
+	strictErrs, err := kjson.UnmarshalStrict(jsonData, &c, kjson.DisallowUnknownFields)
+	if err != nil {
+		return nil, fmt.Errorf("config file %s: %w", name, err)
+	}
+	if len(strictErrs) > 0 {
+		msgs := make([]string, len(strictErrs))
+		for i, e := range strictErrs {
+			msgs[i] = e.Error()
+		}
+		return nil, fmt.Errorf("config file %s: %s (see docs/configuration.md for the fields)", name, strings.Join(msgs, "; "))
+	}
+	if c.APIVersion != APIVersion || c.Kind != Kind {
+		return nil, fmt.Errorf("config file %s: apiVersion/kind is %q/%q, want %s/%s", name, c.APIVersion, c.Kind, APIVersion, Kind)
+	}
+	return &c, nil
+}
+
+// Validate checks a defaulted configuration and returns every problem at
+// once, each with its field path (e.g. `tls.keyFile: Required value: ...`).
+func Validate(c *DeputyConfiguration) field.ErrorList {
+	var errs field.ErrorList
+	if host, port, err := net.SplitHostPort(c.Listen); err != nil || port == "" {
+		errs = append(errs, field.Invalid(field.NewPath("listen"), c.Listen, "must be HOST:PORT, e.g. 127.0.0.1:8443 or :8443"))
+	} else if host != "" && net.ParseIP(host) == nil && host != "localhost" {
+		errs = append(errs, field.Invalid(field.NewPath("listen"), c.Listen, "HOST must be an IP address, localhost or empty (all interfaces)"))
+	}
+	tlsPath := field.NewPath("tls")
+	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
+		errs = append(errs, field.Required(tlsPath.Child("keyFile"), "certFile and keyFile must be set together (flags --tls-cert-file and --tls-private-key-file)"))
+	}
+	if c.TLS.CertFile == "" && c.TLS.CertDir == "" {
+		errs = append(errs, field.Required(tlsPath.Child("certDir"), "set certDir (--cert-dir) or certFile and keyFile"))
+	}
+	if c.TLS.MinVersion != "VersionTLS12" && c.TLS.MinVersion != "VersionTLS13" {
+		errs = append(errs, field.NotSupported(tlsPath.Child("minVersion"), c.TLS.MinVersion, []string{"VersionTLS12", "VersionTLS13"}))
+	}
+	for i, n := range c.TLS.AllowedClientNames {
+		if strings.TrimSpace(n) == "" {
+			errs = append(errs, field.Invalid(tlsPath.Child("allowedClientNames").Index(i), n, "must not be empty"))
+		}
+	}
+	if len(c.TLS.AllowedClientNames) > 0 && c.TLS.ClientCAFile == "" && c.TLS.CertDir == "" {
+		errs = append(errs, field.Required(tlsPath.Child("clientCAFile"), "allowedClientNames needs a client CA (--client-ca-file)"))
+	}
+	for i, p := range c.Policy.Paths {
+		if strings.TrimSpace(p) == "" {
+			errs = append(errs, field.Invalid(field.NewPath("policy", "paths").Index(i), p, "must not be empty"))
+		}
+	}
+	if c.Policy.PollInterval.Duration < 0 {
+		errs = append(errs, field.Invalid(field.NewPath("policy", "pollInterval"), c.Policy.PollInterval.Duration.String(), "must not be negative"))
+	}
+	switch c.Authorization.DefaultDecision {
+	case "NoOpinion", "Deny":
+	default:
+		errs = append(errs, field.NotSupported(field.NewPath("authorization", "defaultDecision"), c.Authorization.DefaultDecision, []string{"NoOpinion", "Deny"}))
+	}
+	for i, a := range c.Authentication.APIAudiences {
+		if strings.TrimSpace(a) == "" {
+			errs = append(errs, field.Invalid(field.NewPath("authentication", "apiAudiences").Index(i), a, "must not be empty"))
+		}
+	}
+	if c.Shutdown.Delay.Duration < 0 {
+		errs = append(errs, field.Invalid(field.NewPath("shutdown", "delay"), c.Shutdown.Delay.Duration.String(), "must not be negative"))
+	}
+	if c.Shutdown.GracePeriod.Duration <= 0 {
+		errs = append(errs, field.Invalid(field.NewPath("shutdown", "gracePeriod"), c.Shutdown.GracePeriod.Duration.String(), "must be positive"))
+	}
+	switch c.Logging.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		errs = append(errs, field.NotSupported(field.NewPath("logging", "level"), c.Logging.Level, []string{"debug", "info", "warn", "error"}))
+	}
+	switch c.Logging.Format {
+	case "text", "json":
+	default:
+		errs = append(errs, field.NotSupported(field.NewPath("logging", "format"), c.Logging.Format, []string{"text", "json"}))
+	}
+	return errs
+}
+
+// Marshal renders c as YAML, for `deputy serve --print-config`.
+func Marshal(c *DeputyConfiguration) ([]byte, error) {
+	data, err := yaml.Marshal(c)
+	if err != nil {
+		return nil, err
+	}
+	return bytes.TrimSpace(data), nil
+}
+
+// ErrInvalid wraps validation errors.
+var ErrInvalid = errors.New("invalid configuration")

@@ -1,0 +1,482 @@
+package manifests
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	certutil "k8s.io/client-go/util/cert"
+	"k8s.io/client-go/util/keyutil"
+	"sigs.k8s.io/yaml"
+
+	policyv1alpha1 "deputy.dev/deputy/policy/v1alpha1"
+)
+
+// Names of the files APIServerFiles renders.
+const (
+	// AuthorizationKubeconfigFile tells kube-apiserver's Webhook authorizer how
+	// to reach deputy (URL + AuthorizePath); referenced from
+	// AuthorizationConfigFile.
+	AuthorizationKubeconfigFile = "authorization-webhook.kubeconfig"
+	// AuthenticationKubeconfigFile is the value of kube-apiserver's
+	// --authentication-token-webhook-config-file (URL + AuthenticatePath).
+	AuthenticationKubeconfigFile = "authentication-webhook.kubeconfig"
+	// AuthorizationConfigFile is the value of kube-apiserver's
+	// --authorization-config: an apiserver.config.k8s.io/v1 AuthorizationConfiguration.
+	AuthorizationConfigFile = "authorization-config.yaml"
+	// ValidatingWebhookFile is the admissionregistration.k8s.io/v1
+	// ValidatingWebhookConfiguration for AppProjects, applied with kubectl.
+	ValidatingWebhookFile = "validatingwebhook.yaml"
+	// ReadmeFile holds APIServerInstructions.
+	ReadmeFile = "README.txt"
+)
+
+// Paths under deputy's base URL that kube-apiserver calls. The webhook
+// package must serve these.
+const (
+	// AuthorizePath receives SubjectAccessReviews.
+	AuthorizePath = "/authorize"
+	// AuthenticatePath receives TokenReviews.
+	AuthenticatePath = "/authenticate"
+	// ValidatePath receives AdmissionReviews for AppProjects.
+	ValidatePath = "/validate"
+)
+
+// Defaults and limits of APIServerOptions.
+const (
+	// DefaultAuthorizationTimeout is the webhook authorizer's timeout.
+	DefaultAuthorizationTimeout = 3 * time.Second
+	// MaxAuthorizationTimeout is the largest timeout kube-apiserver accepts
+	// (k8s.io/apiserver/pkg/apis/apiserver/validation ValidateWebhookConfiguration).
+	MaxAuthorizationTimeout = 30 * time.Second
+	// DefaultAuthorizedTTL is how long kube-apiserver caches an allow.
+	DefaultAuthorizedTTL = 30 * time.Second
+	// DefaultUnauthorizedTTL is how long kube-apiserver caches a deny or no-opinion.
+	DefaultUnauthorizedTTL = 10 * time.Second
+	// FailurePolicyDeny denies a request when deputy cannot be reached (fail closed).
+	FailurePolicyDeny = apiserverv1.FailurePolicyDeny
+	// FailurePolicyNoOpinion falls through to the next authorizers (Node, RBAC)
+	// when deputy cannot be reached; deputy's denials are then not enforced.
+	FailurePolicyNoOpinion = apiserverv1.FailurePolicyNoOpinion
+	// AuthorizerName is deputy's name in the AuthorizationConfiguration
+	// (kube-apiserver uses it in metrics and logs).
+	AuthorizerName = "deputy"
+	// ValidatingWebhookConfigurationName is the name of the
+	// ValidatingWebhookConfiguration object.
+	ValidatingWebhookConfigurationName = "deputy"
+	// AppProjectWebhookName is the webhook's name inside it.
+	AppProjectWebhookName = "appprojects.deputy.dev"
+	// admissionTimeoutSeconds is the admission webhook's timeout.
+	admissionTimeoutSeconds = 10
+)
+
+// mastersMatchCondition keeps system:masters away from deputy. kube-apiserver
+// already allows that group before any configured authorizer, so this only
+// states the intent (and saves a call should that ever change).
+const mastersMatchCondition = "!('system:masters' in request.groups)"
+
+// File is one rendered file.
+type File struct {
+	// Name is the base file name, e.g. AuthorizationConfigFile.
+	Name string
+	// Data is the content.
+	Data []byte
+	// Mode is the permission to write it with: 0600 for files holding the
+	// client key, 0644 otherwise.
+	Mode os.FileMode
+}
+
+// APIServerOptions say how kube-apiserver reaches deputy.
+type APIServerOptions struct {
+	// URL is deputy's base URL as kube-apiserver reaches it: https://HOST[:PORT]
+	// with no path (or "/"), query, fragment or credentials. Required.
+	URL string
+	// CA is the PEM CA bundle that verifies deputy's serving certificate
+	// (certs.CACertFile). Required.
+	CA []byte
+	// ClientCert and ClientKey are the PEM client certificate and key
+	// kube-apiserver presents to deputy (certs.ClientCertFile/ClientKeyFile).
+	// Required.
+	ClientCert []byte
+	ClientKey  []byte
+	// AuthorizationTimeout is the webhook authorizer's timeout; 0 means
+	// DefaultAuthorizationTimeout, at most MaxAuthorizationTimeout.
+	AuthorizationTimeout time.Duration
+	// FailurePolicy is FailurePolicyDeny (the default when empty) or
+	// FailurePolicyNoOpinion: what kube-apiserver decides when deputy fails.
+	FailurePolicy string
+	// AuthorizedTTL and UnauthorizedTTL are kube-apiserver's cache lifetimes
+	// for deputy's answers; 0 means DefaultAuthorizedTTL/DefaultUnauthorizedTTL.
+	AuthorizedTTL   time.Duration
+	UnauthorizedTTL time.Duration
+	// Dir is the absolute directory on the control-plane node where the files
+	// will live; AuthorizationConfigFile refers to the kubeconfig there, and the
+	// instructions name the flags with it. Required.
+	Dir string
+}
+
+// complete returns o with defaults applied and the parsed base URL (no
+// trailing slash), or every problem found.
+func (o APIServerOptions) complete() (APIServerOptions, string, error) {
+	var errs []error
+	base, err := baseURL(o.URL)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if o.AuthorizationTimeout == 0 {
+		o.AuthorizationTimeout = DefaultAuthorizationTimeout
+	}
+	if o.AuthorizationTimeout < 0 || o.AuthorizationTimeout > MaxAuthorizationTimeout {
+		errs = append(errs, fmt.Errorf("timeout %s is out of range: kube-apiserver accepts more than 0s and at most %s", o.AuthorizationTimeout, MaxAuthorizationTimeout))
+	}
+	if o.AuthorizedTTL == 0 {
+		o.AuthorizedTTL = DefaultAuthorizedTTL
+	}
+	if o.AuthorizedTTL < 0 {
+		errs = append(errs, fmt.Errorf("authorized TTL %s must be positive", o.AuthorizedTTL))
+	}
+	if o.UnauthorizedTTL == 0 {
+		o.UnauthorizedTTL = DefaultUnauthorizedTTL
+	}
+	if o.UnauthorizedTTL < 0 {
+		errs = append(errs, fmt.Errorf("unauthorized TTL %s must be positive", o.UnauthorizedTTL))
+	}
+	switch o.FailurePolicy {
+	case "":
+		o.FailurePolicy = FailurePolicyDeny
+	case FailurePolicyDeny, FailurePolicyNoOpinion:
+	default:
+		errs = append(errs, fmt.Errorf("failure policy %q is not supported: use %s or %s", o.FailurePolicy, FailurePolicyDeny, FailurePolicyNoOpinion))
+	}
+	// The node's paths are POSIX paths whatever OS renders them.
+	switch {
+	case o.Dir == "":
+		errs = append(errs, errors.New("the directory on the control-plane node is empty: give the absolute path the files will be copied to"))
+	case !path.IsAbs(o.Dir):
+		errs = append(errs, fmt.Errorf("the directory on the control-plane node %q must be an absolute path (kube-apiserver requires absolute kubeconfig paths)", o.Dir))
+	default:
+		o.Dir = path.Clean(o.Dir)
+	}
+	if len(o.CA) == 0 {
+		errs = append(errs, errors.New("the CA bundle is empty"))
+	} else if _, err := certutil.ParseCertsPEM(o.CA); err != nil {
+		errs = append(errs, fmt.Errorf("the CA bundle is not PEM certificates: %w", err))
+	}
+	if len(o.ClientCert) == 0 {
+		errs = append(errs, errors.New("the client certificate is empty"))
+	} else if _, err := certutil.ParseCertsPEM(o.ClientCert); err != nil {
+		errs = append(errs, fmt.Errorf("the client certificate is not a PEM certificate: %w", err))
+	}
+	if len(o.ClientKey) == 0 {
+		errs = append(errs, errors.New("the client key is empty"))
+	} else if _, err := keyutil.ParsePrivateKeyPEM(o.ClientKey); err != nil {
+		errs = append(errs, fmt.Errorf("the client key is not a PEM private key: %w", err))
+	}
+	return o, base, errors.Join(errs...)
+}
+
+// baseURL validates deputy's base URL and returns it without a trailing slash.
+func baseURL(raw string) (string, error) {
+	const want = "use https://HOST:PORT, the address at which kube-apiserver reaches deputy"
+	if raw == "" {
+		return "", fmt.Errorf("url is empty: %s", want)
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("url %q does not parse (%v): %s", raw, err, want)
+	}
+	switch {
+	case u.Scheme != "https":
+		return "", fmt.Errorf("url %q must use https (kube-apiserver calls webhooks over TLS): %s", raw, want)
+	case u.Opaque != "" || u.Hostname() == "":
+		return "", fmt.Errorf("url %q has no host: %s", raw, want)
+	case u.User != nil:
+		return "", fmt.Errorf("url %q must not contain credentials: kube-apiserver authenticates with the client certificate", raw)
+	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
+		return "", fmt.Errorf("url %q must not have a query or fragment: %s", raw, want)
+	case u.Path != "" && u.Path != "/":
+		return "", fmt.Errorf("url %q must not have a path (deputy serves %s, %s and %s at its root): %s", raw, AuthorizePath, AuthenticatePath, ValidatePath, want)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return "", fmt.Errorf("url %q has an invalid port %q: %s", raw, p, want)
+		}
+	}
+	return "https://" + u.Host, nil
+}
+
+// APIServerFiles renders the files that point kube-apiserver at deputy, in
+// this order: AuthorizationKubeconfigFile and AuthenticationKubeconfigFile
+// (kubeconfigs with the server URL + AuthorizePath/AuthenticatePath, the CA and
+// the client certificate and key embedded; mode 0600), AuthorizationConfigFile
+// (an apiserver.config.k8s.io/v1 AuthorizationConfiguration: deputy's Webhook
+// authorizer first, then Node and RBAC, kube-apiserver's default order),
+// ValidatingWebhookFile (AppProject CREATE/UPDATE in argoproj.io and
+// deputy.dev, failurePolicy Fail) and ReadmeFile (APIServerInstructions).
+//
+// Field names and limits follow k8s.io/apiserver/pkg/apis/apiserver/v1 and
+// its validation package; the output is deterministic for equal input.
+//
+// Errors: every invalid option at once (URL, durations, failure policy, Dir,
+// PEM inputs), each naming the option and the fix.
+func APIServerFiles(opts APIServerOptions) ([]File, error) {
+	o, base, err := opts.complete()
+	if err != nil {
+		return nil, err
+	}
+	authzKubeconfig, err := webhookKubeconfig(base+AuthorizePath, o)
+	if err != nil {
+		return nil, err
+	}
+	authnKubeconfig, err := webhookKubeconfig(base+AuthenticatePath, o)
+	if err != nil {
+		return nil, err
+	}
+	authzConfig, err := authorizationConfig(o)
+	if err != nil {
+		return nil, err
+	}
+	admission, err := validatingWebhook(base+ValidatePath, o)
+	if err != nil {
+		return nil, err
+	}
+	return []File{
+		{Name: AuthorizationKubeconfigFile, Data: authzKubeconfig, Mode: 0o600},
+		{Name: AuthenticationKubeconfigFile, Data: authnKubeconfig, Mode: 0o600},
+		{Name: AuthorizationConfigFile, Data: authzConfig, Mode: 0o644},
+		{Name: ValidatingWebhookFile, Data: admission, Mode: 0o644},
+		{Name: ReadmeFile, Data: []byte(instructions(o, base, "")), Mode: 0o644},
+	}, nil
+}
+
+func header(lines ...string) []byte {
+	var b bytes.Buffer
+	b.WriteString("# Generated by \"deputy config apiserver\"; regenerate rather than edit.\n")
+	for _, l := range lines {
+		b.WriteString("# " + l + "\n")
+	}
+	return b.Bytes()
+}
+
+func webhookKubeconfig(server string, o APIServerOptions) ([]byte, error) {
+	cfg := clientcmdapi.Config{
+		Clusters: map[string]*clientcmdapi.Cluster{
+			"deputy": {Server: server, CertificateAuthorityData: o.CA},
+		},
+		AuthInfos: map[string]*clientcmdapi.AuthInfo{
+			"kube-apiserver": {ClientCertificateData: o.ClientCert, ClientKeyData: o.ClientKey},
+		},
+		Contexts: map[string]*clientcmdapi.Context{
+			"deputy": {Cluster: "deputy", AuthInfo: "kube-apiserver"},
+		},
+		CurrentContext: "deputy",
+	}
+	data, err := clientcmd.Write(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("failed to render kubeconfig for %s: %w", server, err)
+	}
+	return append(header("kube-apiserver calls deputy at "+server+" with this (it holds a private key: keep it 0600)."), data...), nil
+}
+
+func authorizationConfig(o APIServerOptions) ([]byte, error) {
+	kubeconfig := path.Join(o.Dir, AuthorizationKubeconfigFile)
+	cfg := apiserverv1.AuthorizationConfiguration{
+		TypeMeta: metav1.TypeMeta{APIVersion: apiserverv1.SchemeGroupVersion.String(), Kind: "AuthorizationConfiguration"},
+		Authorizers: []apiserverv1.AuthorizerConfiguration{
+			{
+				Type: string(apiserverv1.TypeWebhook),
+				Name: AuthorizerName,
+				Webhook: &apiserverv1.WebhookConfiguration{
+					AuthorizedTTL:                            metav1.Duration{Duration: o.AuthorizedTTL},
+					UnauthorizedTTL:                          metav1.Duration{Duration: o.UnauthorizedTTL},
+					Timeout:                                  metav1.Duration{Duration: o.AuthorizationTimeout},
+					SubjectAccessReviewVersion:               "v1",
+					MatchConditionSubjectAccessReviewVersion: "v1",
+					FailurePolicy:                            o.FailurePolicy,
+					ConnectionInfo: apiserverv1.WebhookConnectionInfo{
+						Type:           apiserverv1.AuthorizationWebhookConnectionInfoTypeKubeConfigFile,
+						KubeConfigFile: &kubeconfig,
+					},
+					MatchConditions: []apiserverv1.WebhookMatchCondition{{Expression: mastersMatchCondition}},
+				},
+			},
+			{Type: "Node", Name: "node"},
+			{Type: "RBAC", Name: "rbac"},
+		},
+	}
+	data, err := yaml.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("failed to render AuthorizationConfiguration: %w", err)
+	}
+	return append(header(
+		"kube-apiserver --authorization-config="+path.Join(o.Dir, AuthorizationConfigFile)+" (replaces --authorization-mode).",
+		"Authorizers are asked in order: deputy, then Node, then RBAC.",
+	), data...), nil
+}
+
+func validatingWebhook(endpoint string, o APIServerOptions) ([]byte, error) {
+	fail := admissionregistrationv1.Fail
+	equivalent := admissionregistrationv1.Equivalent
+	none := admissionregistrationv1.SideEffectClassNone
+	timeout := int32(admissionTimeoutSeconds)
+	scope := admissionregistrationv1.NamespacedScope
+	cfg := admissionregistrationv1.ValidatingWebhookConfiguration{
+		TypeMeta:   metav1.TypeMeta{APIVersion: admissionregistrationv1.SchemeGroupVersion.String(), Kind: "ValidatingWebhookConfiguration"},
+		ObjectMeta: metav1.ObjectMeta{Name: ValidatingWebhookConfigurationName},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name:         AppProjectWebhookName,
+			ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &endpoint, CABundle: o.CA},
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+				Rule: admissionregistrationv1.Rule{
+					APIGroups:   []string{policyv1alpha1.ArgoCDGroup, policyv1alpha1.Group},
+					APIVersions: []string{policyv1alpha1.Version},
+					Resources:   []string{"appprojects"},
+					Scope:       &scope,
+				},
+			}},
+			FailurePolicy:           &fail,
+			MatchPolicy:             &equivalent,
+			SideEffects:             &none,
+			TimeoutSeconds:          &timeout,
+			AdmissionReviewVersions: []string{"v1"},
+		}},
+	}
+	data, err := yaml.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("failed to render ValidatingWebhookConfiguration: %w", err)
+	}
+	return append(header("Apply after the CRDs: kubectl apply -f "+ValidatingWebhookFile), data...), nil
+}
+
+// APIServerInstructions returns the steps an operator takes to install the
+// files APIServerFiles renders for opts: copy three files from outDir to
+// opts.Dir on each control-plane node, replace --authorization-mode with
+// --authorization-config and add --authentication-token-webhook-config-file
+// (flag names of kube-apiserver 1.37, k8s.io/kubernetes
+// pkg/kubeapiserver/options), then apply the CRD and the
+// ValidatingWebhookConfiguration. outDir is where the files were written, as
+// the operator should type it; "" means the directory the text is read in
+// (ReadmeFile). Invalid options are not reported here (APIServerFiles does);
+// defaults are applied.
+func APIServerInstructions(opts APIServerOptions, outDir string) string {
+	o, base, _ := opts.complete()
+	if base == "" {
+		base = opts.URL
+	}
+	return instructions(o, base, outDir)
+}
+
+func instructions(o APIServerOptions, base, outDir string) string {
+	dir := o.Dir
+	local := func(name string) string {
+		if outDir == "" {
+			return name
+		}
+		return filepath.Join(outDir, name)
+	}
+	from := "these files"
+	if outDir != "" {
+		outDir = filepath.Clean(outDir)
+		from = "these files from " + outDir + "/"
+	}
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	p("Point kube-apiserver at deputy (%s):", base)
+	p("")
+	if abs, err := filepath.Abs(outDir); outDir != "" && err == nil && filepath.ToSlash(abs) == dir {
+		p("1. The files are already where kube-apiserver will read them (%s/). For another control-plane", dir)
+		p("   node, copy them to the same path there, or render them again with --dir set to the node's path:")
+	} else {
+		p("1. Copy %s to %s/ on every control-plane node (keep the kubeconfigs mode 0600):", from, dir)
+	}
+	p("     %s  %s  %s", AuthorizationConfigFile, AuthorizationKubeconfigFile, AuthenticationKubeconfigFile)
+	p("2. Change kube-apiserver's flags (kubeadm and kind: /etc/kubernetes/manifests/kube-apiserver.yaml;")
+	p("   the static pod also needs %s mounted as a read-only hostPath volume):", dir)
+	p("     remove --authorization-mode=...   (it cannot be combined with --authorization-config; Node and RBAC are in the file)")
+	p("     add    --authorization-config=%s", path.Join(dir, AuthorizationConfigFile))
+	p("     add    --authentication-token-webhook-config-file=%s", path.Join(dir, AuthenticationKubeconfigFile))
+	p("     add    --authentication-token-webhook-version=v1      (optional: the default is v1beta1; deputy answers both)")
+	p("     add    --authentication-token-webhook-cache-ttl=30s   (optional: the default caches token answers for 2m)")
+	p("3. When kube-apiserver is back, install the CRD, then the admission webhook:")
+	p("     kubectl apply -f manifests/%s/%s", CRDDir, DeputyAppProjectCRDFile)
+	p("     kubectl apply -f %s", local(ValidatingWebhookFile))
+	p("")
+	p("kube-apiserver must reach %s from its own network namespace: cluster DNS names do not resolve there.", base)
+	if o.FailurePolicy == FailurePolicyNoOpinion {
+		p("failurePolicy is NoOpinion: while deputy is unreachable, Node and RBAC decide alone and deputy's denials are not enforced.")
+	} else {
+		p("failurePolicy is Deny: while deputy is unreachable, every request outside system:masters is denied.")
+	}
+	return b.String()
+}
+
+// WriteFiles writes files into dir, creating dir with mode 0700 if needed.
+// Each file is written atomically (temporary file and rename) with its Mode,
+// replacing an existing file. It returns the written paths in order.
+//
+// Errors name the path; files written before an error stay written.
+func WriteFiles(dir string, files []File) ([]string, error) {
+	if dir == "" {
+		return nil, errors.New("output directory is empty: give the directory to write the files to")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("failed to create output directory: %w", err)
+	}
+	var paths []string
+	for _, f := range files {
+		if f.Name == "" || f.Name != filepath.Base(f.Name) {
+			return paths, fmt.Errorf("file name %q must be a plain file name", f.Name)
+		}
+		p := filepath.Join(dir, f.Name)
+		if err := writeFileAtomic(p, f.Data, f.Mode); err != nil {
+			return paths, err
+		}
+		paths = append(paths, p)
+	}
+	return paths, nil
+}
+
+// writeFileAtomic writes data to a temporary file next to path, sets mode,
+// syncs and renames it over path.
+func writeFileAtomic(path string, data []byte, mode fs.FileMode) (err error) {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("failed to write %s: %w", path, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tmp.Close()
+			_ = os.Remove(tmp.Name())
+		}
+	}()
+	if err = tmp.Chmod(mode); err != nil {
+		return fmt.Errorf("failed to set mode of %s: %w", path, err)
+	}
+	if _, err = tmp.Write(data); err != nil {
+		return fmt.Errorf("failed to write %s: %w", path, err)
+	}
+	if err = tmp.Sync(); err != nil {
+		return fmt.Errorf("failed to write %s: %w", path, err)
+	}
+	if err = tmp.Close(); err != nil {
+		return fmt.Errorf("failed to write %s: %w", path, err)
+	}
+	if err = os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("failed to write %s: %w", path, err)
+	}
+	return nil
+}

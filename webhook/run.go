@@ -1,0 +1,179 @@
+package webhook
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+
+	"k8s.io/apiserver/pkg/authorization/union"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+
+	"deputy.dev/deputy/authorizer"
+	"deputy.dev/deputy/certs"
+	"deputy.dev/deputy/config"
+	"deputy.dev/deputy/examples"
+	"deputy.dev/deputy/policy"
+	"deputy.dev/deputy/tokenreview"
+)
+
+// Serving describes what Run resolved from the configuration, for the
+// startup hints `deputy serve` prints.
+type Serving struct {
+	Addr net.Addr
+	// CertDir is set when certificates come from (or were generated in) a
+	// certificate directory.
+	CertDir string
+	// GeneratedCerts is true when Run created certificates at start.
+	GeneratedCerts bool
+	// ClientCAFile is the client CA in use, "" when client certificates are
+	// not required.
+	ClientCAFile string
+	// EmbeddedPolicy is true when the built-in example policy is served.
+	EmbeddedPolicy bool
+}
+
+// Run is deputy's composition root for `deputy serve`: it resolves
+// certificates (generating development ones in cfg.TLS.CertDir when none
+// exist), starts the policy source, builds the authorizer, token reviewer and
+// admission handler, and serves until ctx ends. cfg must be defaulted and
+// valid (config.SetDefaults, config.Validate). ready, if not nil, is called
+// once the server listens.
+//
+// Errors: certificates cannot be generated or loaded, the client CA cannot be
+// read, or the server fails (see Server.Run). A policy that fails to load is
+// not an error: deputy serves with /readyz red and answers no request with
+// Allow until a policy loads.
+func Run(ctx context.Context, cfg *config.DeputyConfiguration, log *slog.Logger, ready func(Serving)) error {
+	serving := Serving{}
+	certFile, keyFile := cfg.TLS.CertFile, cfg.TLS.KeyFile
+	clientCA := cfg.TLS.ClientCAFile
+	allowedNames := cfg.TLS.AllowedClientNames
+	if certFile == "" {
+		dir := cfg.TLS.CertDir
+		serving.CertDir = dir
+		certFile, keyFile = filepath.Join(dir, certs.ServingCertFile), filepath.Join(dir, certs.ServingKeyFile)
+		if !fileExists(certFile) || !fileExists(keyFile) {
+			res, err := certs.Init(dir, certs.InitOptions{})
+			if err != nil {
+				return fmt.Errorf("failed to generate development certificates in %s: %w", dir, err)
+			}
+			serving.GeneratedCerts = res.Changed()
+			log.Info("generated development certificates", "dir", dir, "hosts", res.Hosts)
+		}
+		if clientCA == "" && fileExists(filepath.Join(dir, certs.CACertFile)) {
+			clientCA = filepath.Join(dir, certs.CACertFile)
+			if len(allowedNames) == 0 {
+				allowedNames = []string{config.DefaultClientName}
+			}
+		}
+	}
+	serving.ClientCAFile = clientCA
+
+	metrics := NewMetrics()
+	source, embedded := newPolicySource(cfg, log, metrics)
+	serving.EmbeddedPolicy = embedded
+	if err := source.Load(); err != nil {
+		log.Error("initial policy load failed; serving with /readyz red until it loads", "error", err.Error())
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		if err := source.Run(runCtx); err != nil {
+			log.Error("policy watcher stopped; changes will not be picked up", "error", err.Error())
+		}
+	}()
+
+	var clientAuth *ClientCertAuth
+	if clientCA != "" {
+		ca, err := dynamiccertificates.NewDynamicCAContentFromFile("client-ca", clientCA)
+		if err != nil {
+			return fmt.Errorf("failed to load client CA %s (tls.clientCAFile / --client-ca-file): %w", clientCA, err)
+		}
+		go ca.Run(runCtx, 1)
+		clientAuth = NewClientCertAuth(ca.VerifyOptions, allowedNames, log)
+	}
+
+	decision, err := authorizer.ParseDefaultDecision(cfg.Authorization.DefaultDecision)
+	if err != nil {
+		return err
+	}
+	authz, err := authorizer.New(authorizer.Options{Default: decision},
+		union.NamedAuthorizer{AuthorizerName: "rbac", Authorizer: authorizer.NewRBAC(source.Current)})
+	if err != nil {
+		return err
+	}
+	reviewer := tokenreview.NewReviewer(
+		tokenreview.NewChain(cfg.Authentication.APIAudiences, func() *policy.TokenSet { return source.Current().TokenSetOf() }),
+		cfg.Authentication.APIAudiences)
+
+	minTLS := uint16(tls.VersionTLS12)
+	if cfg.TLS.MinVersion == "VersionTLS13" {
+		minTLS = tls.VersionTLS13
+	}
+	srv := NewServer(ServerOptions{
+		Listen:                       cfg.Listen,
+		CertFile:                     certFile,
+		KeyFile:                      keyFile,
+		MinTLSVersion:                minTLS,
+		ClientAuth:                   clientAuth,
+		RequireClientCertForValidate: cfg.TLS.RequireClientCertForValidate,
+		Authorize:                    &AuthorizeHandler{Authorizer: authz, Metrics: metrics, Log: log},
+		Authenticate:                 &AuthenticateHandler{Reviewer: reviewer, Metrics: metrics, Log: log},
+		Validate:                     NewValidateHandler(NewAppProjectValidator(true), metrics, log),
+		Readiness:                    []ReadinessCheck{{Name: "policy", Check: policyReady(source)}},
+		Metrics:                      metrics,
+		Log:                          log,
+		ShutdownDelay:                cfg.Shutdown.Delay.Duration,
+		GracePeriod:                  cfg.Shutdown.GracePeriod.Duration,
+		OnListen: func(addr net.Addr) {
+			if ready != nil {
+				serving.Addr = addr
+				ready(serving)
+			}
+		},
+	})
+	return srv.Run(ctx)
+}
+
+func newPolicySource(cfg *config.DeputyConfiguration, log *slog.Logger, m *Metrics) (*policy.FileSource, bool) {
+	opts := policy.FileSourceOptions{
+		PollInterval: cfg.Policy.PollInterval.Duration,
+		Logger:       log,
+		OnLoad: func(st policy.Status) {
+			m.PolicyLoad(st.LastError == nil, st.Ready(), st.LastSuccess)
+		},
+	}
+	if len(cfg.Policy.Paths) == 0 {
+		opts.FS = examples.FS
+		return policy.NewFileSource([]string{"."}, opts), true
+	}
+	return policy.NewFileSource(cfg.Policy.Paths, opts), false
+}
+
+// policyReady is the readiness check of a policy source: red before the first
+// load and while the last reload failed, with the error (file, document).
+func policyReady(s *policy.FileSource) func() error {
+	return func() error {
+		st := s.Status()
+		switch {
+		case !st.Loaded && st.LastError != nil:
+			return fmt.Errorf("no policy loaded: %w", st.LastError)
+		case !st.Loaded:
+			return errors.New("no policy loaded yet")
+		case st.LastError != nil:
+			return fmt.Errorf("last reload failed at %s, serving the policy loaded at %s: %w",
+				st.LastAttempt.UTC().Format("2006-01-02T15:04:05Z"), st.LastSuccess.UTC().Format("2006-01-02T15:04:05Z"), st.LastError)
+		}
+		return nil
+	}
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}

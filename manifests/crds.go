@@ -11,13 +11,16 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// crdFS holds the CustomResourceDefinitions shipped with deputy:
-// crds/deputy.dev_appprojects.yaml (deputy's AppProject) and
-// crds/argoproj.io_appprojects.yaml (a minimal Argo CD AppProject for tests
-// only; never apply it next to a real Argo CD).
+// crdFS holds the CustomResourceDefinitions shipped with deputy in crds/
+// (crds/deputy.dev_appprojects.yaml, deputy's AppProject) and, in testing/,
+// a minimal Argo CD AppProject CRD for tests only: it lives apart so that
+// `kubectl apply -f manifests/crds/` can never replace a real Argo CD's CRD.
 //
-//go:embed crds/*.yaml
+//go:embed crds/*.yaml testing/*.yaml
 var crdFS embed.FS
+
+// TestingCRDDir holds CRDs for tests only (the minimal argoproj.io AppProject).
+const TestingCRDDir = "testing"
 
 // CRDDir is the directory of the CRD files inside the embedded tree, and the
 // repository path below manifests/ (kubectl apply -f manifests/crds/...).
@@ -33,17 +36,23 @@ const ArgoCDAppProjectCRDFile = "argoproj.io_appprojects.yaml"
 // CRDFiles returns the embedded CRD files, keyed by file name (e.g.
 // DeputyAppProjectCRDFile), as the bytes kubectl would apply. The map and the
 // slices are fresh copies on every call.
-func CRDFiles() map[string][]byte {
+func CRDFiles() map[string][]byte { return embeddedFiles(CRDDir) }
+
+// TestingCRDFiles returns the test-only CRD files (ArgoCDAppProjectCRDFile),
+// keyed by file name.
+func TestingCRDFiles() map[string][]byte { return embeddedFiles(TestingCRDDir) }
+
+func embeddedFiles(dir string) map[string][]byte {
 	out := map[string][]byte{}
-	entries, err := fs.ReadDir(crdFS, CRDDir)
+	entries, err := fs.ReadDir(crdFS, dir)
 	if err != nil {
 		// The directory is embedded at build time; it cannot be missing.
-		panic(fmt.Sprintf("manifests: embedded %s/ is unreadable: %v", CRDDir, err))
+		panic(fmt.Sprintf("manifests: embedded %s/ is unreadable: %v", dir, err))
 	}
 	for _, e := range entries {
-		data, err := crdFS.ReadFile(path.Join(CRDDir, e.Name()))
+		data, err := crdFS.ReadFile(path.Join(dir, e.Name()))
 		if err != nil {
-			panic(fmt.Sprintf("manifests: embedded %s/%s is unreadable: %v", CRDDir, e.Name(), err))
+			panic(fmt.Sprintf("manifests: embedded %s/%s is unreadable: %v", dir, e.Name(), err))
 		}
 		out[e.Name()] = data
 	}
@@ -57,7 +66,15 @@ func CRDFiles() map[string][]byte {
 // Errors: a file that does not decode names the file. The files are tested,
 // so an error means a broken build.
 func CRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
-	files := CRDFiles()
+	return decodeCRDs(CRDFiles())
+}
+
+// TestingCRDs decodes the test-only CRDs like CRDs.
+func TestingCRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	return decodeCRDs(TestingCRDFiles())
+}
+
+func decodeCRDs(files map[string][]byte) ([]*apiextensionsv1.CustomResourceDefinition, error) {
 	names := make([]string, 0, len(files))
 	for n := range files {
 		names = append(names, n)

@@ -22,8 +22,12 @@ func crdsByName(t *testing.T) map[string]*apiextensionsv1.CustomResourceDefiniti
 	if err != nil {
 		t.Fatalf("CRDs: %v", err)
 	}
+	testCRDs, err := TestingCRDs()
+	if err != nil {
+		t.Fatalf("TestingCRDs: %v", err)
+	}
 	out := map[string]*apiextensionsv1.CustomResourceDefinition{}
-	for _, c := range crds {
+	for _, c := range append(crds, testCRDs...) {
 		out[c.Name] = c
 	}
 	return out
@@ -36,8 +40,11 @@ func TestCRDFilesAreTheEmbeddedCRDs(t *testing.T) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	if diff := cmp.Diff([]string{ArgoCDAppProjectCRDFile, DeputyAppProjectCRDFile}, names); diff != "" {
+	if diff := cmp.Diff([]string{DeputyAppProjectCRDFile}, names); diff != "" {
 		t.Errorf("CRDFiles names (-want +got):\n%s", diff)
+	}
+	if _, ok := TestingCRDFiles()[ArgoCDAppProjectCRDFile]; !ok {
+		t.Errorf("TestingCRDFiles lacks %s", ArgoCDAppProjectCRDFile)
 	}
 	files[DeputyAppProjectCRDFile][0] = 'X'
 	if CRDFiles()[DeputyAppProjectCRDFile][0] == 'X' {

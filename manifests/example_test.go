@@ -15,6 +15,5 @@ func ExampleCRDs() {
 		fmt.Println(crd.Name, crd.Spec.Versions[0].Name)
 	}
 	// Output:
-	// appprojects.argoproj.io v1alpha1
 	// appprojects.deputy.dev v1alpha1
 }

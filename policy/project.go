@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/gobwas/glob"
+	"github.com/gobwas/glob/match"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -282,7 +283,8 @@ func saPatternCovers(earlier *saPattern, later string) bool {
 		return true
 	}
 	if !strings.ContainsAny(later, projectGlobMeta) {
-		return earlier.match(later)
+		matched, err := earlier.match(later)
+		return err == nil && matched
 	}
 	return false
 }
@@ -370,14 +372,14 @@ type saPattern struct {
 	g       glob.Glob
 }
 
-func (p *saPattern) match(s string) bool {
+func (p *saPattern) match(s string) (bool, error) {
 	switch {
 	case p.any:
-		return true
+		return true, nil
 	case p.literal:
-		return s == p.source
+		return s == p.source, nil
 	}
-	return p.g.Match(s)
+	return saSafeMatch(p.g, p.source, s)
 }
 
 // saEntry is a compiled destinationServiceAccounts entry. Errors are kept per
@@ -394,14 +396,71 @@ type saEntry struct {
 
 // projectCompileGlob compiles a pattern the way Argo CD's util/glob.Match does
 // here: gobwas/glob with no separators, so '*' also matches '/', '.' and ':'.
-// It converts a panic inside the glob compiler into an error.
+//
+// gobwas/glob v0.2.3 compiles some patterns (an unterminated or empty "{}"
+// alternative such as "a{" or "a{}", or "{0*0*0,0}") into a fixed-length row
+// holding a matcher of length zero or less, whose Match panics with "slice
+// bounds out of range" on short inputs; Argo CD would crash on them. Such
+// patterns are an error here, as is a panic inside the compiler.
 func projectCompileGlob(pattern string) (g glob.Glob, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			g, err = nil, fmt.Errorf("glob compiler failed: %v", r)
 		}
 	}()
-	return glob.Compile(pattern)
+	g, err = glob.Compile(pattern)
+	if err != nil {
+		return nil, err
+	}
+	if m, ok := g.(match.Matcher); ok && projectGlobHasRowBug(m) {
+		return nil, errors.New("the pattern hits a gobwas/glob bug that crashes matching (an empty or unterminated {} alternative): rewrite it")
+	}
+	return g, nil
+}
+
+// projectGlobHasRowBug reports whether a compiled matcher tree holds a Row
+// with a sub-matcher whose length is not positive (match.Row.matchAll then
+// slices past the end of its input).
+func projectGlobHasRowBug(m match.Matcher) bool {
+	switch t := m.(type) {
+	case match.Row:
+		for _, sub := range t.Matchers {
+			if sub == nil || sub.Len() <= 0 || projectGlobHasRowBug(sub) {
+				return true
+			}
+		}
+	case match.AnyOf:
+		for _, sub := range t.Matchers {
+			if sub != nil && projectGlobHasRowBug(sub) {
+				return true
+			}
+		}
+	case match.EveryOf:
+		for _, sub := range t.Matchers {
+			if sub != nil && projectGlobHasRowBug(sub) {
+				return true
+			}
+		}
+	case match.BTree:
+		for _, sub := range []match.Matcher{t.Value, t.Left, t.Right} {
+			if sub != nil && projectGlobHasRowBug(sub) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// saSafeMatch is g.Match(s) that turns a panic inside gobwas/glob into an
+// error, so a matcher bug that projectCompileGlob does not know about fails
+// the decision closed instead of crashing deputy.
+func saSafeMatch(g glob.Glob, pattern, s string) (matched bool, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			matched, err = false, fmt.Errorf("glob pattern %q failed to match %q: %v", pattern, s, r)
+		}
+	}()
+	return g.Match(s), nil
 }
 
 func saCompilePattern(pattern string) (saPattern, error) {
@@ -456,7 +515,11 @@ func (c *saEntry) matches(destServer, destNamespace string) (bool, error) {
 	if c.namespaceErr != nil {
 		return false, fmt.Errorf("invalid glob pattern for destination namespace: %w", c.namespaceErr)
 	}
-	return c.server.match(destServer) && c.namespace.match(destNamespace), nil
+	matched, err := c.server.match(destServer)
+	if err != nil || !matched {
+		return false, err
+	}
+	return c.namespace.match(destNamespace)
 }
 
 // resolve returns the ServiceAccount of a matched entry.
@@ -540,19 +603,6 @@ func (c *CompiledProject) Name() string { return c.name }
 
 // Len is the number of destinationServiceAccounts entries.
 func (c *CompiledProject) Len() int { return len(c.entries) }
-
-// Match returns the index of the first entry whose server and namespace
-// patterns match destServer and destNamespace, or -1. It does not look at the
-// entry's defaultServiceAccount; see DeriveRef.
-func (c *CompiledProject) Match(destServer, destNamespace string) int {
-	for i := range c.entries {
-		e := &c.entries[i]
-		if e.serverErr == nil && e.namespaceErr == nil && e.server.match(destServer) && e.namespace.match(destNamespace) {
-			return i
-		}
-	}
-	return -1
-}
 
 // DeriveRef is Derive returning the ServiceAccount's namespace and name
 // instead of its username; it never allocates.

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gobwas/glob"
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -200,6 +201,21 @@ func TestValidateAppProject(t *testing.T) {
 				`spec.destinationServiceAccounts[6].defaultServiceAccount: Invalid value: "[sa]": defaultServiceAccount has an invalid format, '[sa]'`,
 				`spec.destinationServiceAccounts[7].defaultServiceAccount: Invalid value: "{sa}": defaultServiceAccount has an invalid format, '{sa}'`,
 				`spec.destinationServiceAccounts[8].defaultServiceAccount: Invalid value: "a\\b": defaultServiceAccount has an invalid format, 'a\b'`,
+			},
+		},
+		{
+			name: "a pattern that would crash gobwas/glob is rejected with upstream's message",
+			project: projectWith(v1alpha1.AppProjectSpec{
+				Destinations: []v1alpha1.ApplicationDestination{{Server: "0{}", Namespace: "*"}},
+				DestinationServiceAccounts: []dsa{
+					{Server: "0{", Namespace: "*", DefaultServiceAccount: "sa"},
+					{Server: "*", Namespace: "{0*0*0*0*0,0}", DefaultServiceAccount: "sa"},
+				},
+			}),
+			wantErrs: []string{
+				`spec.destinations[0].server: Invalid value: "0{}": server is not a valid glob pattern (the pattern hits a gobwas/glob bug that crashes matching (an empty or unterminated {} alternative): rewrite it): fix the pattern or escape the metacharacter with a backslash (gobwas/glob syntax: * ? [a-z] {a,b}; a leading ! negates)`,
+				`spec.destinationServiceAccounts[0].server: Invalid value: "0{": server has an invalid format, '0{'`,
+				`spec.destinationServiceAccounts[1].namespace: Invalid value: "{0*0*0*0*0,0}": namespace has an invalid format, '{0*0*0*0*0,0}'`,
 			},
 		},
 		{
@@ -520,6 +536,12 @@ func TestDeriveServiceAccount(t *testing.T) {
 			wantErr: "invalid glob pattern for destination namespace: unexpected end of input",
 		},
 		{
+			name:    "a pattern that would crash gobwas/glob fails the derivation instead of crashing",
+			project: projectWithSAs(dsa{Server: "0{", Namespace: "*", DefaultServiceAccount: "sa"}),
+			server:  "0", namespace: "guestbook",
+			wantErr: "invalid glob pattern for destination server: the pattern hits a gobwas/glob bug that crashes matching (an empty or unterminated {} alternative): rewrite it",
+		},
+		{
 			name: "an invalid glob after the matching entry is never reached",
 			project: projectWithSAs(
 				dsa{Server: "*", Namespace: "*", DefaultServiceAccount: "sa"},
@@ -587,8 +609,8 @@ func TestDeriveServiceAccount(t *testing.T) {
 			if cu != user || ci != idx || cerr != nil {
 				t.Errorf("compiled Derive = (%q, %d, %v), want (%q, %d, nil)", cu, ci, cerr, user, idx)
 			}
-			if got := c.Match(tt.server, tt.namespace); got != idx {
-				t.Errorf("Match = %d, want %d", got, idx)
+			if _, _, ri, rerr := c.DeriveRef(tt.server, tt.namespace, tt.appNS); ri != idx || rerr != nil {
+				t.Errorf("DeriveRef index, error = %d, %v; want %d, nil", ri, rerr, idx)
 			}
 		})
 	}
@@ -663,6 +685,9 @@ func FuzzValidateAppProject(f *testing.F) {
 	f.Add("!a", "[", "*", "a/b", "b/c", "a:b:c", "a", "", "")
 	f.Add("{a,b", "**", ":", "", "", "ns:", "", "Team_A", "x:y")
 	f.Add("https://*", "?", " sa", `\`, "{a,{b,c}}", "My SA", "https://x", "a.b", "ok")
+	// Patterns that crash gobwas/glob v0.2.3 when matched.
+	f.Add("1", "0", "0", "0{", "0", "0", "0", "0", "")
+	f.Add("{0*0*0*0*0,0}", "0{}", "sa", "0{\x00}", "*", "sa", "0", "0", "apps")
 	f.Fuzz(func(t *testing.T, s1, n1, sa1, s2, n2, sa2, server, ns, appNS string) {
 		p := projectWith(v1alpha1.AppProjectSpec{
 			SourceRepos:      []string{s1, s2},
@@ -703,6 +728,9 @@ func FuzzValidateAppProject(f *testing.F) {
 		cu, ci, cderr := c.Derive(server, ns, appNS)
 		if cu != user || ci != idx || fmt.Sprint(cderr) != fmt.Sprint(derr) {
 			t.Fatalf("compiled (%q, %d, %v) != uncompiled (%q, %d, %v)", cu, ci, cderr, user, idx, derr)
+		}
+		if derr != nil && strings.Contains(derr.Error(), "failed to match") {
+			t.Fatalf("a valid project's pattern crashed gobwas/glob: %v", derr)
 		}
 		if derr != nil {
 			// The only derivation failures left for a valid project are about
@@ -792,6 +820,25 @@ func TestAppProjectDeepCopy(t *testing.T) {
 		var p *v1alpha1.AppProject
 		if p.DeepCopy() != nil || p.DeepCopyObject() != nil {
 			t.Error("want nil")
+		}
+	})
+}
+
+func TestSaSafeMatch(t *testing.T) {
+	t.Run("a panic inside gobwas/glob becomes an error", func(t *testing.T) {
+		g, err := glob.Compile("0{}")
+		if err != nil {
+			t.Fatal(err)
+		}
+		matched, err := saSafeMatch(g, "0{}", "0")
+		if matched || err == nil || !strings.Contains(err.Error(), `glob pattern "0{}" failed to match "0"`) {
+			t.Fatalf("got (%v, %v), want a recovered error", matched, err)
+		}
+	})
+	t.Run("a working glob matches normally", func(t *testing.T) {
+		g := glob.MustCompile("guestbook-*")
+		if matched, err := saSafeMatch(g, "guestbook-*", "guestbook-dev"); !matched || err != nil {
+			t.Fatalf("got (%v, %v), want (true, nil)", matched, err)
 		}
 	})
 }

@@ -1,0 +1,89 @@
+// Package e2e runs deputy in front of a real kube-apiserver v1.37.2 and etcd
+// (built from Go modules by `make test-binaries`): kube-apiserver's
+// authorization, token authentication and AppProject admission decisions come
+// from a deputy process started as an operator would start it.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"deputy.dev/deputy/test/framework"
+)
+
+// aliceToken is known only to deputy's token file (stored there as its SHA-256).
+const aliceToken = "e2e-alice-token-4c1d9b"
+
+var (
+	deputy *framework.Deputy
+	cp     *framework.ControlPlane
+	work   string
+	// extraPolicy is a second, watched policy directory the tests write into.
+	extraPolicy string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var err error
+	work, err = os.MkdirTemp("", "deputy-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(work)
+
+	bin, err := framework.DeputyBinary()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	certDir := filepath.Join(work, "certs")
+	if _, err := framework.CLI(bin, "certs", "init", "--dir", certDir, "--hosts", "127.0.0.1,localhost"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	// extraPolicy is a watched policy directory the tests write into.
+	extraPolicy = filepath.Join(work, "policy-extra")
+	if err := os.Mkdir(extraPolicy, 0o700); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	deputy, err = framework.StartDeputy(framework.DeputyOptions{
+		Bin: bin, CertDir: certDir,
+		Args: []string{"--policy", filepath.Join("testdata", "policy"), "--policy", extraPolicy},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() {
+		if err := deputy.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stopping deputy:", err)
+		}
+	}()
+	cp, err = framework.StartControlPlane(ctx, framework.ControlPlaneOptions{
+		DeputyBin: bin, DeputyURL: deputy.URL, CertDir: certDir, WorkDir: work,
+		ConfigArgs: []string{"--authorized-ttl", "1s", "--unauthorized-ttl", "1s"},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		fmt.Fprintln(os.Stderr, "deputy log:\n"+deputy.Logs())
+		return 1
+	}
+	defer cp.Stop()
+
+	code := m.Run()
+	if code != 0 {
+		fmt.Fprintln(os.Stderr, "deputy log:\n"+deputy.Logs())
+	}
+	return code
+}

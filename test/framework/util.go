@@ -1,0 +1,5 @@
+package framework
+
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+var metav1CreateOptions = metav1.CreateOptions{}

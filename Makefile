@@ -61,3 +61,7 @@ lint: ## gofmt and go vet on both modules
 .PHONY: clean
 clean: ## Remove bin/deputy and .deputy/ (keeps the cached kube-apiserver and etcd)
 	rm -rf $(BIN)/deputy .deputy
+
+.PHONY: load
+load: build ## HTTP load: deputy /authorize vs a minimal echo handler, same run (see docs/benchmarks.md)
+	test/load/compare.sh $${DURATION:-10s} $${CONCURRENCY:-32}

@@ -6,7 +6,6 @@ package config
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -79,7 +78,8 @@ type Policy struct {
 	// .csv token files). Empty means the example policy embedded in the binary.
 	Paths []string `json:"paths,omitempty"`
 	// PollInterval re-reads the files this often besides reacting to file
-	// events; 0 disables polling. Default 30s.
+	// events (a safety net for filesystems without inotify). Default 30s;
+	// unset or 0 means the default.
 	PollInterval metav1.Duration `json:"pollInterval,omitempty"`
 }
 
@@ -238,8 +238,8 @@ func Validate(c *DeputyConfiguration) field.ErrorList {
 			errs = append(errs, field.Invalid(field.NewPath("policy", "paths").Index(i), p, "must not be empty"))
 		}
 	}
-	if c.Policy.PollInterval.Duration < 0 {
-		errs = append(errs, field.Invalid(field.NewPath("policy", "pollInterval"), c.Policy.PollInterval.Duration.String(), "must not be negative"))
+	if c.Policy.PollInterval.Duration < time.Second {
+		errs = append(errs, field.Invalid(field.NewPath("policy", "pollInterval"), c.Policy.PollInterval.Duration.String(), "must be at least 1s"))
 	}
 	switch c.Authorization.DefaultDecision {
 	case "NoOpinion", "Deny":
@@ -278,6 +278,3 @@ func Marshal(c *DeputyConfiguration) ([]byte, error) {
 	}
 	return bytes.TrimSpace(data), nil
 }
-
-// ErrInvalid wraps validation errors.
-var ErrInvalid = errors.New("invalid configuration")

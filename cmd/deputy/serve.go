@@ -41,6 +41,9 @@ type serveFlags struct {
 	logFormat       string
 	shutdownDelay   time.Duration
 	gracePeriod     time.Duration
+	validateCert    bool
+	tlsMinVersion   string
+	pollInterval    time.Duration
 }
 
 func newServeCommand(run serveFunc) *cobra.Command {
@@ -80,6 +83,9 @@ DeputyConfiguration, see docs/configuration.md).`,
 	fs.StringVar(&f.logLevel, "log-level", "", "debug, info (default), warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "", "text (default) or json")
 	fs.DurationVar(&f.shutdownDelay, "shutdown-delay", 0, "keep serving with /readyz red this long after SIGTERM")
+	fs.BoolVar(&f.validateCert, "require-client-cert-for-validate", false, "also require the client certificate on /validate (needs kube-apiserver's --admission-control-config-file)")
+	fs.StringVar(&f.tlsMinVersion, "tls-min-version", "", "VersionTLS12 (default) or VersionTLS13")
+	fs.DurationVar(&f.pollInterval, "policy-poll-interval", 0, "re-read policy files this often besides file events; 0 keeps the default 30s")
 	fs.DurationVar(&f.gracePeriod, "shutdown-grace-period", 0, "how long in-flight requests may take to drain after SIGTERM (default 30s)")
 	return cmd
 }
@@ -134,6 +140,15 @@ func resolveServeConfig(cmd *cobra.Command, f *serveFlags) (*config.DeputyConfig
 	}
 	if changed("shutdown-grace-period") {
 		cfg.Shutdown.GracePeriod.Duration = f.gracePeriod
+	}
+	if changed("require-client-cert-for-validate") {
+		cfg.TLS.RequireClientCertForValidate = f.validateCert
+	}
+	if changed("tls-min-version") {
+		cfg.TLS.MinVersion = f.tlsMinVersion
+	}
+	if changed("policy-poll-interval") {
+		cfg.Policy.PollInterval.Duration = f.pollInterval
 	}
 	cfg.APIVersion, cfg.Kind = config.APIVersion, config.Kind
 	config.SetDefaults(cfg)

@@ -1,0 +1,5 @@
+// Package load holds the HTTP load tools behind docs/benchmarks.md:
+// sarload drives SubjectAccessReviews at an endpoint and reports requests/s
+// and latency percentiles; echofloor is the floor to compare deputy with, a
+// minimal Go HTTPS handler that only decodes and echoes a SubjectAccessReview.
+package load

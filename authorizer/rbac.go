@@ -43,7 +43,7 @@ func (r *RBAC) Authorize(ctx context.Context, a authorizer.Attributes) (authoriz
 	if snap == nil {
 		return authorizer.DecisionNoOpinion, "", policy.ErrNotLoaded
 	}
-	v := visitor{attrs: a}
+	v := visitor{req: newRequest(a)}
 	snap.RBAC.VisitBindings(a.GetUser(), a.GetNamespace(), v.visit)
 	if v.binding != nil {
 		return authorizer.DecisionAllow, v.binding.Reasons[v.subject], nil
@@ -69,7 +69,7 @@ func (r *RBAC) EvaluateConditions(context.Context, authorizer.ConditionsAwareDec
 // visitor is authorizingVisitor of plugin/pkg/auth/authorizer/rbac: it stops
 // at the first rule that allows and collects resolution errors met before.
 type visitor struct {
-	attrs   authorizer.Attributes
+	req     request
 	binding *policy.Binding
 	subject int
 	rule    *rbacv1.PolicyRule
@@ -82,12 +82,50 @@ func (v *visitor) visit(b *policy.Binding, subject int) bool {
 		return true
 	}
 	for i := range b.Rules {
-		if RuleAllows(v.attrs, &b.Rules[i]) {
+		if v.req.allows(&b.Rules[i]) {
 			v.binding, v.subject, v.rule = b, subject, &b.Rules[i]
 			return false
 		}
 	}
 	return true
+}
+
+// request is what RuleAllows reads of the Attributes, fetched once per
+// decision: every getter is an interface call (on an AttributesRecord, one
+// that copies the whole record into the value receiver) and a decision may
+// test dozens of rules.
+type request struct {
+	resourceRequest bool
+	verb            string
+	apiGroup        string
+	resource        string
+	subresource     string
+	name            string
+	path            string
+}
+
+func newRequest(a authorizer.Attributes) request {
+	if !a.IsResourceRequest() {
+		return request{verb: a.GetVerb(), path: a.GetPath()}
+	}
+	return request{
+		resourceRequest: true,
+		verb:            a.GetVerb(),
+		apiGroup:        a.GetAPIGroup(),
+		resource:        a.GetResource(),
+		subresource:     a.GetSubresource(),
+		name:            a.GetName(),
+	}
+}
+
+func (r *request) allows(rule *rbacv1.PolicyRule) bool {
+	if r.resourceRequest {
+		return verbMatches(rule, r.verb) &&
+			apiGroupMatches(rule, r.apiGroup) &&
+			resourceMatches(rule, r.resource, r.subresource) &&
+			resourceNameMatches(rule, r.name)
+	}
+	return verbMatches(rule, r.verb) && nonResourceURLMatches(rule, r.path)
 }
 
 // RuleAllows reports whether rule allows the request, exactly as
@@ -101,13 +139,8 @@ func (v *visitor) visit(b *policy.Binding, subject int) bool {
 //
 // The apiVersion and selectors of the request are ignored.
 func RuleAllows(a authorizer.Attributes, rule *rbacv1.PolicyRule) bool {
-	if a.IsResourceRequest() {
-		return verbMatches(rule, a.GetVerb()) &&
-			apiGroupMatches(rule, a.GetAPIGroup()) &&
-			resourceMatches(rule, a.GetResource(), a.GetSubresource()) &&
-			resourceNameMatches(rule, a.GetName())
-	}
-	return verbMatches(rule, a.GetVerb()) && nonResourceURLMatches(rule, a.GetPath())
+	req := newRequest(a)
+	return req.allows(rule)
 }
 
 func verbMatches(rule *rbacv1.PolicyRule, verb string) bool {
@@ -201,7 +234,7 @@ func Explain(snap *policy.Snapshot, a authorizer.Attributes) Explanation {
 	if snap == nil {
 		return Explanation{Errors: []error{policy.ErrNotLoaded}}
 	}
-	v := visitor{attrs: a}
+	v := visitor{req: newRequest(a)}
 	snap.RBAC.VisitBindings(a.GetUser(), a.GetNamespace(), v.visit)
 	return Explanation{Binding: v.binding, Subject: v.subject, Rule: v.rule, Errors: v.errs}
 }

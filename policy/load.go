@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -144,22 +145,44 @@ func splitDocuments(data []byte) []document {
 	var docs []document
 	var cur bytes.Buffer
 	start, line := 1, 0
+	ended := false // the current document was closed by "..."
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 0, 64*1024), len(data)+1)
 	for sc.Scan() {
 		line++
 		text := sc.Text()
 		trimmed := strings.TrimRight(text, " \t\r")
-		if trimmed == "---" || strings.HasPrefix(trimmed, "--- ") || strings.HasPrefix(trimmed, "---\t") {
-			docs = append(docs, document{data: bytes.Clone(cur.Bytes()), line: start})
+		if isMarker(trimmed, "...") || isMarker(trimmed, "---") {
+			// "..." ends a document (the YAML parser would read only what
+			// precedes it); "---" starts one, unless it follows "..." with
+			// nothing in between, which is still the same boundary.
+			if !(ended && isMarker(trimmed, "---") && isEmptyDocument(cur.Bytes())) {
+				docs = append(docs, document{data: bytes.Clone(cur.Bytes()), line: start})
+			}
 			cur.Reset()
 			start = line + 1
+			ended = isMarker(trimmed, "...")
+			// Content after "---" ("--- {kind: ...}", "--- !!map") is the
+			// start of the new document: keep the line, the YAML parser
+			// accepts the marker.
+			if rest := strings.TrimSpace(trimmed[3:]); !ended && rest != "" && rest[0] != '#' {
+				cur.WriteString(text)
+				cur.WriteByte('\n')
+				start = line
+			}
 			continue
 		}
 		cur.WriteString(text)
 		cur.WriteByte('\n')
 	}
 	return append(docs, document{data: cur.Bytes(), line: start})
+}
+
+// isMarker reports whether line is the YAML marker "---" or "...", alone or
+// followed by a blank and more.
+func isMarker(line, marker string) bool {
+	rest, ok := strings.CutPrefix(line, marker)
+	return ok && (rest == "" || rest[0] == ' ' || rest[0] == '\t')
 }
 
 // isEmptyDocument reports whether a document holds only blank lines and comments.
@@ -174,18 +197,33 @@ func isEmptyDocument(data []byte) bool {
 }
 
 func (d *decoder) decodeFile(f SourceFile) {
+	isJSON := strings.ToLower(filepath.Ext(f.Name)) == ".json"
 	docs := []document{{data: f.Data, line: 1}}
-	if ext := strings.ToLower(filepath.Ext(f.Name)); ext != ".json" {
+	format := "JSON"
+	if !isJSON {
 		docs = splitDocuments(f.Data)
+		format = "YAML"
 	}
 	for i, doc := range docs {
 		if isEmptyDocument(doc.data) {
 			continue
 		}
 		loc := &DocumentError{File: f.Name, Document: i + 1, Line: doc.line}
+		if isJSON {
+			// The YAML parser below reads only the first document of its
+			// input, so content after the JSON value ("{...}\n---\n{...}")
+			// would be dropped silently; a JSON decoder rejects it.
+			var v any
+			if err := json.Unmarshal(doc.data, &v); err != nil {
+				loc.Err = fmt.Errorf("not valid JSON: %w", err)
+				d.errs = append(d.errs, loc)
+				continue
+			}
+		}
+		// YAMLToJSONStrict rejects duplicate keys, in JSON too.
 		jsonData, err := yaml.YAMLToJSONStrict(doc.data)
 		if err != nil {
-			loc.Err = fmt.Errorf("not valid YAML: %w", err)
+			loc.Err = fmt.Errorf("not valid %s: %w", format, err)
 			d.errs = append(d.errs, loc)
 			continue
 		}
@@ -194,9 +232,8 @@ func (d *decoder) decodeFile(f SourceFile) {
 }
 
 type typeMeta struct {
-	APIVersion string            `json:"apiVersion"`
-	Kind       string            `json:"kind"`
-	Items      []json.RawMessage `json:"items"`
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
 	Metadata   struct {
 		Name      string `json:"name"`
 		Namespace string `json:"namespace"`
@@ -223,7 +260,18 @@ func (d *decoder) decodeObject(data []byte, loc DocumentError) {
 			d.fail(loc, errors.New("a List may not contain a List"))
 			return
 		}
-		for i, item := range tm.Items {
+		// The envelope is strict too: a misspelt "items" would otherwise
+		// load nothing, silently.
+		var list struct {
+			APIVersion string            `json:"apiVersion"`
+			Kind       string            `json:"kind"`
+			Metadata   metav1.ListMeta   `json:"metadata"`
+			Items      []json.RawMessage `json:"items"`
+		}
+		if !d.strict(data, &list, loc) {
+			return
+		}
+		for i, item := range list.Items {
 			itemLoc := loc
 			itemLoc.Item = i + 1
 			d.decodeObject(item, itemLoc)

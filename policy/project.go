@@ -32,6 +32,24 @@ const (
 	// than a literal (syntax.Special). A pattern without any of them matches
 	// exactly itself.
 	projectGlobMeta = "*?[]{}\\"
+
+	// projectMaxPatternLength bounds a server, name or namespace pattern:
+	// gobwas/glob's compile time grows faster than quadratically with the
+	// pattern (a 512-character one can take over 100 ms), and a real server
+	// URL or namespace pattern is far shorter.
+	projectMaxPatternLength = 256
+
+	// saMaxStars is how many '*' wildcards a destinationServiceAccounts pattern
+	// may hold before a warning: gobwas/glob backtracks, and its worst-case
+	// match time roughly doubles with each one (four take ~60 µs on a
+	// 253-character input, ten take milliseconds).
+	saMaxStars = 4
+
+	// saMaxNamespaceLength and saMaxServerLength bound the derivation's
+	// inputs: no namespace is longer than a DNS-1123 subdomain, and a longer
+	// input only lengthens worst-case glob matching.
+	saMaxNamespaceLength = validation.DNS1123SubdomainMaxLength
+	saMaxServerLength    = 2048
 )
 
 // ErrNoMatchingServiceAccount is matched (errors.Is) by the error of
@@ -61,7 +79,8 @@ var ErrNoMatchingServiceAccount = errors.New("no matching service account found"
 //     ("destinationServiceAccount '<server>/<namespace>' already added").
 //
 // deputy is stricter: destination server, name and namespace must be valid
-// globs (after one leading "!"); duplicates are found by comparing the
+// globs (after one leading "!") that gobwas/glob can match without crashing;
+// every server, name and namespace pattern is at most 256 bytes; duplicates are found by comparing the
 // (server, namespace) pair, not the "server/namespace" string, so "a/b"+"c"
 // and "a"+"b/c" are two entries; a defaultServiceAccount is "name" or
 // "namespace:name" with exactly one colon, a non-empty namespace that is a
@@ -72,7 +91,9 @@ var ErrNoMatchingServiceAccount = errors.New("no matching service account found"
 // because an earlier entry matches every destination they match (the first
 // match wins). They are reported only when provable: the earlier server and
 // namespace patterns are each "*" (or only stars), identical to the later
-// ones, or match the later pattern when it is a literal.
+// ones, or match the later pattern when it is a literal. Patterns with more
+// than four '*' wildcards are warned about too: gobwas/glob's worst-case match
+// time grows exponentially with them.
 //
 // Upstream checks deputy does not repeat: role name and group name syntax and
 // the Casbin policy syntax (deputy reads role groups, not policies), and sync
@@ -132,6 +153,9 @@ func projectValidateDestinations(dests []v1alpha1.ApplicationDestination, fld *f
 func projectValidateDestinationGlob(name, pattern string, fld *field.Path) field.ErrorList {
 	if pattern == "!*" {
 		return field.ErrorList{field.Invalid(fld, pattern, fmt.Sprintf("%s has an invalid format, '!*'", name))}
+	}
+	if len(pattern) > projectMaxPatternLength {
+		return field.ErrorList{projectPatternTooLong(fld, name, pattern)}
 	}
 	if _, err := projectCompileGlob(strings.TrimPrefix(pattern, "!")); err != nil {
 		return field.ErrorList{field.Invalid(fld, pattern, fmt.Sprintf(
@@ -225,12 +249,12 @@ func projectValidateDestinationServiceAccounts(entries []v1alpha1.ApplicationDes
 		idx := fld.Index(i)
 		compiled[i] = saCompileEntry(e)
 		ok := true
-		if strings.Contains(e.Server, "!") || compiled[i].serverErr != nil {
-			errs = append(errs, field.Invalid(idx.Child("server"), e.Server, fmt.Sprintf("server has an invalid format, '%s'", e.Server)))
+		if fe := saValidatePattern("server", e.Server, compiled[i].serverErr, idx.Child("server")); fe != nil {
+			errs = append(errs, fe)
 			ok = false
 		}
-		if strings.Contains(e.Namespace, "!") || compiled[i].namespaceErr != nil {
-			errs = append(errs, field.Invalid(idx.Child("namespace"), e.Namespace, fmt.Sprintf("namespace has an invalid format, '%s'", e.Namespace)))
+		if fe := saValidatePattern("namespace", e.Namespace, compiled[i].namespaceErr, idx.Child("namespace")); fe != nil {
+			errs = append(errs, fe)
 			ok = false
 		}
 		errs = append(errs, saValidateDefaultServiceAccount(e.DefaultServiceAccount, idx.Child("defaultServiceAccount"))...)
@@ -246,7 +270,56 @@ func projectValidateDestinationServiceAccounts(entries []v1alpha1.ApplicationDes
 		}
 		usable[i] = ok
 	}
-	return errs, saShadowWarnings(entries, compiled, usable, fld)
+	warnings := saShadowWarnings(entries, compiled, usable, fld)
+	for i, e := range entries {
+		warnings = append(warnings, saStarWarnings(e.Server, fld.Index(i).Child("server"))...)
+		warnings = append(warnings, saStarWarnings(e.Namespace, fld.Index(i).Child("namespace"))...)
+	}
+	return errs, warnings
+}
+
+// saValidatePattern is upstream's server/namespace rule ("!" anywhere, or a
+// pattern that does not compile), with deputy's length bound checked first
+// under its own message.
+func saValidatePattern(name, pattern string, compileErr error, fld *field.Path) *field.Error {
+	switch {
+	case strings.Contains(pattern, "!"):
+		return field.Invalid(fld, pattern, fmt.Sprintf("%s has an invalid format, '%s'", name, pattern))
+	case len(pattern) > projectMaxPatternLength:
+		return projectPatternTooLong(fld, name, pattern)
+	case compileErr != nil:
+		return field.Invalid(fld, pattern, fmt.Sprintf("%s has an invalid format, '%s'", name, pattern))
+	}
+	return nil
+}
+
+func projectPatternTooLong(fld *field.Path, name, pattern string) *field.Error {
+	e := field.TooLong(fld, pattern, projectMaxPatternLength)
+	e.Detail = fmt.Sprintf("the %s pattern is %d bytes long; deputy accepts at most %d (glob compile time grows faster than quadratically with length): shorten it",
+		name, len(pattern), projectMaxPatternLength)
+	return e
+}
+
+// saStarWarnings warns about a pattern whose number of '*' wildcards makes
+// gobwas/glob's backtracking matcher slow on unlucky inputs.
+func saStarWarnings(pattern string, fld *field.Path) []string {
+	stars := 0
+	for i := 0; i < len(pattern); i++ {
+		switch pattern[i] {
+		case '\\':
+			i++
+		case '*':
+			stars++
+			for i+1 < len(pattern) && pattern[i+1] == '*' {
+				i++
+			}
+		}
+	}
+	if stars <= saMaxStars {
+		return nil
+	}
+	return []string{fmt.Sprintf("%s %q has %d '*' wildcards: gobwas/glob (the matcher Argo CD uses) can take time exponential in their number to match it; use at most %d",
+		fld, pattern, stars, saMaxStars)}
 }
 
 // saShadowWarnings reports entries that the first-match walk can never reach
@@ -465,6 +538,9 @@ func saSafeMatch(g glob.Glob, pattern, s string) (matched bool, err error) {
 
 func saCompilePattern(pattern string) (saPattern, error) {
 	p := saPattern{source: pattern}
+	if len(pattern) > projectMaxPatternLength {
+		return p, fmt.Errorf("the pattern is %d bytes long, more than the %d deputy accepts", len(pattern), projectMaxPatternLength)
+	}
 	switch {
 	case pattern != "" && strings.Trim(pattern, "*") == "":
 		p.any = true
@@ -563,7 +639,7 @@ type ProjectMatcher = CompiledProject
 // CompileAppProject compiles p's destinationServiceAccounts (server and
 // namespace globs with no separators, as Argo CD's util/glob.Match). It
 // returns an error naming every entry whose server or namespace pattern does
-// not compile, since such a project cannot be evaluated the way Argo CD would
+// not compile (or is longer than 256 bytes, or would crash gobwas/glob), since such a project cannot be evaluated the way Argo CD would
 // (its walk fails on reaching that entry); callers fail closed on it. A
 // project that ValidateAppProject accepts always compiles. Invalid
 // defaultServiceAccount values are not a compile error: deriving through such
@@ -607,6 +683,9 @@ func (c *CompiledProject) Len() int { return len(c.entries) }
 // DeriveRef is Derive returning the ServiceAccount's namespace and name
 // instead of its username; it never allocates.
 func (c *CompiledProject) DeriveRef(destServer, destNamespace, appNamespace string) (namespace, name string, entryIndex int, err error) {
+	if err := saCheckInputs(destServer, destNamespace, appNamespace); err != nil {
+		return "", "", -1, err
+	}
 	for i := range c.entries {
 		e := &c.entries[i]
 		matched, err := e.matches(destServer, destNamespace)
@@ -641,13 +720,16 @@ func (c *CompiledProject) DeriveRef(destServer, destNamespace, appNamespace stri
 // empty.
 //
 // Errors, with the entry index: the entry reached has a glob that does not
-// compile (upstream "invalid glob pattern for destination server: ..."), its
+// compile, is longer than 256 bytes or would crash gobwas/glob (upstream
+// "invalid glob pattern for destination server: ..."), its
 // defaultServiceAccount breaks upstream's rule (upstream "default service
 // account contains invalid chars '<sa>'") or deputy's stricter one (see
 // ValidateAppProject). deputy also refuses, where upstream would build a
 // username the apiserver cannot parse as a ServiceAccount, a bare name whose
 // namespace (destNamespace, else appNamespace) is empty or not a DNS-1123
-// label.
+// label; and, with index -1, a destination server longer than 2048 bytes or a
+// namespace longer than 253 (no namespace is; a long input only lengthens
+// worst-case matching).
 func (c *CompiledProject) Derive(destServer, destNamespace, appNamespace string) (username string, entryIndex int, err error) {
 	ns, name, i, err := c.DeriveRef(destServer, destNamespace, appNamespace)
 	if err != nil || i < 0 {
@@ -664,6 +746,9 @@ func (c *CompiledProject) Derive(destServer, destNamespace, appNamespace string)
 func DeriveServiceAccount(p *v1alpha1.AppProject, destServer, destNamespace, appNamespace string) (username string, entryIndex int, err error) {
 	if p == nil {
 		return "", -1, nil
+	}
+	if err := saCheckInputs(destServer, destNamespace, appNamespace); err != nil {
+		return "", -1, err
 	}
 	for i, raw := range p.Spec.DestinationServiceAccounts {
 		var e saEntry
@@ -718,6 +803,19 @@ func saNamespaceError(destNamespace, appNamespace, name string) error {
 		ns = appNamespace
 	}
 	return fmt.Errorf("cannot derive ServiceAccount %q in namespace %q: not a valid namespace name (a lowercase RFC 1123 label)", name, ns)
+}
+
+// saCheckInputs bounds the derivation's inputs (see saMaxNamespaceLength).
+func saCheckInputs(destServer, destNamespace, appNamespace string) error {
+	switch {
+	case len(destServer) > saMaxServerLength:
+		return fmt.Errorf("destination server is %d bytes long, more than the %d deputy accepts", len(destServer), saMaxServerLength)
+	case len(destNamespace) > saMaxNamespaceLength:
+		return fmt.Errorf("destination namespace is %d bytes long; no namespace name is longer than %d", len(destNamespace), saMaxNamespaceLength)
+	case len(appNamespace) > saMaxNamespaceLength:
+		return fmt.Errorf("application namespace is %d bytes long; no namespace name is longer than %d", len(appNamespace), saMaxNamespaceLength)
+	}
+	return nil
 }
 
 // saIsNamespaceName is validation.IsDNS1123Label without the regular

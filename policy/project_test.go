@@ -219,6 +219,27 @@ func TestValidateAppProject(t *testing.T) {
 			},
 		},
 		{
+			name: "a pattern longer than 256 bytes is rejected before it is compiled",
+			project: projectWith(v1alpha1.AppProjectSpec{
+				Destinations:               []v1alpha1.ApplicationDestination{{Server: "https://" + strings.Repeat("?", 250), Namespace: "*"}},
+				DestinationServiceAccounts: []dsa{{Server: "*", Namespace: strings.Repeat("a", 257), DefaultServiceAccount: "sa"}},
+			}),
+			wantErrs: []string{
+				`spec.destinations[0].server: Too long: the server pattern is 258 bytes long; deputy accepts at most 256 (glob compile time grows faster than quadratically with length): shorten it`,
+				`spec.destinationServiceAccounts[0].namespace: Too long: the namespace pattern is 257 bytes long; deputy accepts at most 256 (glob compile time grows faster than quadratically with length): shorten it`,
+			},
+		},
+		{
+			name: "a pattern with more than four stars is allowed with a warning about matching time",
+			project: projectWithSAs(
+				dsa{Server: "https://*-*-*-*-*.example.com", Namespace: "team-**-*", DefaultServiceAccount: "sa"},
+				dsa{Server: "https://*-*-*-*.example.com", Namespace: `a\*b\*c\*d\*e\*`, DefaultServiceAccount: "sa"},
+			),
+			wantWarnings: []string{
+				`spec.destinationServiceAccounts[0].server "https://*-*-*-*-*.example.com" has 5 '*' wildcards: gobwas/glob (the matcher Argo CD uses) can take time exponential in their number to match it; use at most 4`,
+			},
+		},
+		{
 			name: "a repeated (server, namespace) pair is rejected with upstream's message",
 			project: projectWithSAs(
 				dsa{Server: inCluster, Namespace: "guestbook", DefaultServiceAccount: "a"},
@@ -563,6 +584,29 @@ func TestDeriveServiceAccount(t *testing.T) {
 			wantErr: `cannot derive ServiceAccount "sa" in namespace "kube-system:admin": not a valid namespace name (a lowercase RFC 1123 label)`,
 		},
 		{
+			name:      "a destination namespace longer than any namespace fails before matching",
+			project:   projectWithSAs(dsa{Server: "*", Namespace: "*", DefaultServiceAccount: "argocd:sa"}),
+			server:    inCluster,
+			namespace: strings.Repeat("a", 254),
+			wantIndex: -1,
+			wantErr:   "destination namespace is 254 bytes long; no namespace name is longer than 253",
+		},
+		{
+			name:      "a destination server longer than 2048 bytes fails before matching",
+			project:   projectWithSAs(dsa{Server: "*", Namespace: "*", DefaultServiceAccount: "argocd:sa"}),
+			server:    "https://" + strings.Repeat("a", 2041),
+			namespace: "guestbook",
+			wantIndex: -1,
+			wantErr:   "destination server is 2049 bytes long, more than the 2048 deputy accepts",
+		},
+		{
+			name:      "a pattern longer than 256 bytes fails the derivation when reached",
+			project:   projectWithSAs(dsa{Server: strings.Repeat("a", 257), Namespace: "*", DefaultServiceAccount: "sa"}),
+			server:    inCluster,
+			namespace: "guestbook",
+			wantErr:   "invalid glob pattern for destination server: the pattern is 257 bytes long, more than the 256 deputy accepts",
+		},
+		{
 			name:      "a nil project matches nothing",
 			server:    inCluster,
 			namespace: "guestbook",
@@ -704,7 +748,7 @@ func FuzzValidateAppProject(f *testing.F) {
 		})
 		errs, warnings := ValidateAppProject(p)
 		for _, w := range warnings {
-			if !strings.HasPrefix(w, "spec.destinationServiceAccounts[1] ") {
+			if !strings.HasPrefix(w, "spec.destinationServiceAccounts[1] ") && !strings.Contains(w, "' wildcards: ") {
 				t.Errorf("unexpected warning %q", w)
 			}
 		}
@@ -734,8 +778,9 @@ func FuzzValidateAppProject(f *testing.F) {
 		}
 		if derr != nil {
 			// The only derivation failures left for a valid project are about
-			// the namespace taken from the destination or the Application.
-			if !strings.HasPrefix(derr.Error(), "cannot derive ") {
+			// the inputs: the namespace taken from the destination or the
+			// Application, or inputs longer than any real one.
+			if !strings.HasPrefix(derr.Error(), "cannot derive ") && !strings.Contains(derr.Error(), " bytes long") {
 				t.Fatalf("valid project failed to derive: %v", derr)
 			}
 			return

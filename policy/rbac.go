@@ -231,9 +231,10 @@ func describeSubject(s *rbacv1.Subject, bindingNamespace string) string {
 	}
 }
 
-// maxStackRefs bounds the candidate buffer kept on the stack; a user named by
-// more bindings than this spills to the heap, which is correct, only slower.
-const maxStackRefs = 64
+// maxMergeLists bounds the number of per-name candidate lists (the user's and
+// one per group that has bindings) merged in place on the stack; beyond it the
+// candidates are copied and sorted, which is correct, only slower.
+const maxMergeLists = 16
 
 // VisitBindings calls visit for every binding that applies to u, in the order
 // kube-apiserver's DefaultRuleResolver.VisitRulesFor would meet them for the
@@ -255,34 +256,74 @@ func (r *RBAC) VisitBindings(u user.Info, namespace string, visit func(b *Bindin
 	}
 }
 
-// visit merges the per-key lists (each sorted by binding index) into binding
-// order, keeping the lowest matching subject per binding. Returns false when
-// visit asked to stop.
+// visit merges the per-name lists (each sorted by binding index, one ref per
+// binding) into binding order, keeping the lowest matching subject per
+// binding. Returns false when visit asked to stop.
 func (s *subjectIndex) visit(u user.Info, bindings []Binding, visit func(b *Binding, subject int) bool) bool {
-	var stack [maxStackRefs]bindingRef
-	refs := stack[:0]
-	lists := 0
+	var stack [maxMergeLists][]bindingRef
+	lists := stack[:0]
 	if l := s.byUser[u.GetName()]; len(l) > 0 {
-		refs = append(refs, l...)
-		lists++
+		lists = append(lists, l)
 	}
 	for _, g := range u.GetGroups() {
 		if l := s.byGroup[g]; len(l) > 0 {
-			refs = append(refs, l...)
-			lists++
+			lists = append(lists, l)
 		}
 	}
-	if len(refs) == 0 {
+	switch {
+	case len(lists) == 0:
 		return true
-	}
-	if lists > 1 {
-		slices.SortFunc(refs, func(a, b bindingRef) int {
-			if a.binding != b.binding {
-				return int(a.binding - b.binding)
+	case len(lists) == 1:
+		// The common case: nothing to merge, and refs are unique per binding.
+		for _, ref := range lists[0] {
+			if !visit(&bindings[ref.binding], int(ref.subject)) {
+				return false
 			}
-			return int(a.subject - b.subject)
-		})
+		}
+		return true
+	case len(lists) > maxMergeLists:
+		return visitSorted(lists, bindings, visit)
 	}
+	// k-way merge by scanning the list heads: k is small, and this needs
+	// neither a copy of the candidates nor a sort.
+	last := int32(-1)
+	for {
+		best := -1
+		for i, l := range lists {
+			if len(l) > 0 && (best < 0 || refLess(l[0], lists[best][0])) {
+				best = i
+			}
+		}
+		if best < 0 {
+			return true
+		}
+		ref := lists[best][0]
+		lists[best] = lists[best][1:]
+		if ref.binding == last {
+			continue // another of the user's names matched a later subject
+		}
+		last = ref.binding
+		if !visit(&bindings[ref.binding], int(ref.subject)) {
+			return false
+		}
+	}
+}
+
+// visitSorted is visit for users with bindings through many groups.
+func visitSorted(lists [][]bindingRef, bindings []Binding, visit func(b *Binding, subject int) bool) bool {
+	var refs []bindingRef
+	for _, l := range lists {
+		refs = append(refs, l...)
+	}
+	slices.SortFunc(refs, func(a, b bindingRef) int {
+		if refLess(a, b) {
+			return -1
+		}
+		if refLess(b, a) {
+			return 1
+		}
+		return 0
+	})
 	last := int32(-1)
 	for _, ref := range refs {
 		if ref.binding == last {
@@ -294,6 +335,10 @@ func (s *subjectIndex) visit(u user.Info, bindings []Binding, visit func(b *Bind
 		}
 	}
 	return true
+}
+
+func refLess(a, b bindingRef) bool {
+	return a.binding < b.binding || (a.binding == b.binding && a.subject < b.subject)
 }
 
 // ClusterRole returns the named ClusterRole (rules after aggregation) or nil.
@@ -344,64 +389,112 @@ func (r *RBAC) Counts() (roles, clusterRoles, roleBindings, clusterRoleBindings 
 // AggregateClusterRoles returns a copy of roles where every ClusterRole with an
 // aggregationRule has the rules kube-controller-manager's
 // clusterrole-aggregation controller would give it (see NewRBAC). Roles
-// without an aggregationRule are returned as is (same pointers).
+// without an aggregationRule, and aggregating roles whose rules are already
+// current, are returned as is (same pointers); the order of roles is kept.
+//
+// Each aggregating role gets what the controller's syncClusterRole computes:
+// for each selector in turn, the rules of every other ClusterRole it matches,
+// in name order, without duplicates. Aggregating roles may select each other
+// (admin > edit > view nests three levels), so this is iterated, one role at a
+// time in name order, each reading the others' current rules, as successive
+// controller syncs do. The iteration starts with the aggregating roles' own
+// rules ignored (they are what the controller overwrites), so the rule sets
+// only grow and always settle, on the least fixed point: for aggregation
+// without cycles the result does not depend on the rules in the files at all,
+// and for roles selecting each other in a cycle rules written into the files
+// are not kept circulating (the controller's result there depends on its sync
+// order and may never settle). Only the order of rules may keep changing in
+// such a cycle, which does not change any decision.
 //
 // Errors: an invalid label selector, naming the ClusterRole.
 func AggregateClusterRoles(roles []*rbacv1.ClusterRole) ([]*rbacv1.ClusterRole, error) {
 	out := slices.Clone(roles)
-	var aggregating []int
-	for i, cr := range out {
-		if cr.AggregationRule != nil {
-			aggregating = append(aggregating, i)
-		}
+	byName := make([]int, len(out)) // positions in out, in name order
+	for i := range byName {
+		byName[i] = i
 	}
-	if len(aggregating) == 0 {
+	slices.SortStableFunc(byName, func(a, b int) int { return strings.Compare(out[a].Name, out[b].Name) })
+
+	// rules[i] are the current rules of out[i]; aggregating roles start empty.
+	rules := make([][]rbacv1.PolicyRule, len(out))
+	type aggregating struct {
+		pos       int
+		selectors []labels.Selector
+	}
+	var agg []aggregating
+	for _, i := range byName {
+		cr := out[i]
+		if cr.AggregationRule == nil {
+			rules[i] = cr.Rules
+			continue
+		}
+		rules[i] = []rbacv1.PolicyRule{}
+		a := aggregating{pos: i}
+		for _, sel := range cr.AggregationRule.ClusterRoleSelectors {
+			selector, err := metav1.LabelSelectorAsSelector(&sel)
+			if err != nil {
+				return nil, fmt.Errorf("ClusterRole %q: aggregationRule.clusterRoleSelectors: %w", cr.Name, err)
+			}
+			a.selectors = append(a.selectors, selector)
+		}
+		agg = append(agg, a)
+	}
+	if len(agg) == 0 {
 		return out, nil
 	}
-	byName := slices.Clone(out)
-	slices.SortStableFunc(byName, func(a, b *rbacv1.ClusterRole) int { return strings.Compare(a.Name, b.Name) })
 
-	// Every pass reads the previous pass's rules, as successive controller
-	// syncs would; the rule sets only grow and are bounded, so this reaches a
-	// fixed point. len(aggregating)+1 passes suffice for any nesting depth.
-	for pass := 0; pass <= len(aggregating); pass++ {
-		changed := false
-		current := make(map[string]*rbacv1.ClusterRole, len(out))
-		for _, cr := range out {
-			current[cr.Name] = cr
-		}
-		for _, i := range aggregating {
-			cr := out[i]
-			var rules []rbacv1.PolicyRule
-			for _, sel := range cr.AggregationRule.ClusterRoleSelectors {
-				selector, err := metav1.LabelSelectorAsSelector(&sel)
-				if err != nil {
-					return nil, fmt.Errorf("ClusterRole %q: aggregationRule.clusterRoleSelectors: %w", cr.Name, err)
-				}
-				for _, other := range byName {
-					if other.Name == cr.Name || !selector.Matches(labels.Set(other.Labels)) {
+	// The rule sets settle after at most (aggregating roles × distinct rules)
+	// passes that add a rule; the order of rules then settles too, level by
+	// level, except in a cycle, where it may rotate forever (as the
+	// controller's would): stop when nothing changes, or when only the order
+	// has changed for more passes than aggregation can nest.
+	for unchangedSets := 0; unchangedSets <= len(agg); {
+		changed, grew := false, false
+		for _, a := range agg {
+			name := out[a.pos].Name
+			next := []rbacv1.PolicyRule{}
+			for _, selector := range a.selectors {
+				for _, j := range byName {
+					other := out[j]
+					if other.Name == name || !selector.Matches(labels.Set(other.Labels)) {
 						continue
 					}
-					for _, rule := range current[other.Name].Rules {
-						if !slices.ContainsFunc(rules, func(r rbacv1.PolicyRule) bool { return equality.Semantic.DeepEqual(r, rule) }) {
-							rules = append(rules, rule)
+					for _, rule := range rules[j] {
+						if !containsRule(next, rule) {
+							next = append(next, rule)
 						}
 					}
 				}
 			}
-			if rules == nil {
-				rules = []rbacv1.PolicyRule{}
+			if len(next) != len(rules[a.pos]) {
+				grew = true // sets only grow: a new length is a new set
 			}
-			if !equality.Semantic.DeepEqual(rules, cr.Rules) {
-				cp := cr.DeepCopy()
-				cp.Rules = rules
-				out[i] = cp
+			if !changed && !equality.Semantic.DeepEqual(next, rules[a.pos]) {
 				changed = true
 			}
+			rules[a.pos] = next
 		}
 		if !changed {
 			break
 		}
+		if grew {
+			unchangedSets = 0
+		} else {
+			unchangedSets++
+		}
+	}
+
+	for _, a := range agg {
+		if cr := out[a.pos]; !equality.Semantic.DeepEqual(rules[a.pos], cr.Rules) {
+			cp := cr.DeepCopy()
+			cp.Rules = rules[a.pos]
+			out[a.pos] = cp
+		}
 	}
 	return out, nil
+}
+
+// containsRule is ruleExists of pkg/controller/clusterroleaggregation.
+func containsRule(rules []rbacv1.PolicyRule, rule rbacv1.PolicyRule) bool {
+	return slices.ContainsFunc(rules, func(r rbacv1.PolicyRule) bool { return equality.Semantic.DeepEqual(r, rule) })
 }

@@ -228,19 +228,20 @@ func (s *FileSource) join(dir, name string) string {
 // update produces into one reload.
 const reloadDebounce = 100 * time.Millisecond
 
-// Run loads the policy (if not loaded yet) and then reloads it on every change
-// until ctx ends. The first load's error is returned only if the watcher cannot
-// be set up; load errors are reported through Status and logs.
+// Run loads the policy and then reloads it on every change until ctx ends.
+// Only a watcher that cannot be started is returned as an error (after the
+// load); load errors are reported through Status and logs.
 func (s *FileSource) Run(ctx context.Context) error {
-	if s.Current() == nil {
-		_ = s.Load()
-	}
 	if s.fsys != nil {
+		if s.Current() == nil {
+			_ = s.Load()
+		}
 		<-ctx.Done()
 		return nil
 	}
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
+		_ = s.Load()
 		return fmt.Errorf("failed to start policy file watcher: %w", err)
 	}
 	defer w.Close()
@@ -249,6 +250,11 @@ func (s *FileSource) Run(ctx context.Context) error {
 			s.log.Error("cannot watch policy directory; relying on polling", "dir", dir, "error", err.Error())
 		}
 	}
+	// Load once the watches are in place, even if a snapshot is already
+	// serving (callers Load before Run to fail fast): a change made between
+	// that load and the watches would otherwise go unnoticed until the next
+	// change or poll. Unchanged files cost a read and a hash.
+	_ = s.Load()
 
 	var poll <-chan time.Time
 	if s.pollInterval > 0 {

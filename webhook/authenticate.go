@@ -60,7 +60,8 @@ func (h *AuthenticateHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) 
 	status, err := h.Reviewer.Review(r.Context(), tr.Spec)
 	switch {
 	case errors.Is(err, tokenreview.ErrTokenRequired):
-		writeStatus(w, badRequest("TokenReview spec.token: Required value: %v", err))
+		// kube-apiserver's own message, verbatim (apierrors.NewBadRequest).
+		writeStatus(w, badRequest("%v", err))
 		return
 	case err != nil:
 		// Not the caller's mistake (an authenticator answered for audiences

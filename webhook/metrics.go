@@ -99,12 +99,20 @@ func (m *Metrics) instrument(endpoint string, next http.Handler) http.Handler {
 		start := time.Now()
 		m.inFlight.Inc()
 		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
+		returned := false
 		defer func() {
+			code := rec.code
+			if !returned && !rec.wroteHeader {
+				// next panicked before answering: recoverPanics, further
+				// out, answers 500.
+				code = http.StatusInternalServerError
+			}
 			m.inFlight.Dec()
 			duration.Observe(time.Since(start).Seconds())
-			m.requests.WithLabelValues(endpoint, strconv.Itoa(rec.code)).Inc()
+			m.requests.WithLabelValues(endpoint, strconv.Itoa(code)).Inc()
 		}()
 		next.ServeHTTP(rec, r)
+		returned = true
 	})
 }
 

@@ -60,7 +60,9 @@ func NewServer(opts ServerOptions) *Server { return &Server{opts: opts} }
 func (s *Server) Handler() http.Handler {
 	o := s.opts
 	r := chi.NewRouter()
-	r.Use(recoverPanics(o.Log), withRequestID)
+	// The request ID comes first so that a recovered panic is answered and
+	// logged with the ID of the request that caused it.
+	r.Use(withRequestID, recoverPanics(o.Log))
 
 	guard := func(h http.Handler, required bool) http.Handler {
 		if o.ClientAuth != nil && required {

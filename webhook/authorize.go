@@ -7,8 +7,10 @@ import (
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	authorizationv1beta1 "k8s.io/api/authorization/v1beta1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+	kjson "sigs.k8s.io/json"
 )
 
 // SubjectAccessReview versions deputy answers.
@@ -30,52 +32,98 @@ type AuthorizeHandler struct {
 	Log        *slog.Logger
 }
 
+// subjectAccessReview decodes a SubjectAccessReview of either version in one pass (the
+// hot path: kube-apiserver calls /authorize for almost every request). The
+// versions differ only in the spelling of the groups field ("groups" in v1,
+// "group" in v1beta1); each version's answer reads only its own spelling,
+// exactly as decoding into that version's type would.
+type subjectAccessReview struct {
+	APIVersion string                  `json:"apiVersion"`
+	Kind       string                  `json:"kind"`
+	Metadata   metav1.ObjectMeta       `json:"metadata"`
+	Spec       subjectAccessReviewSpec `json:"spec"`
+}
+
+// subjectAccessReviewSpec is named so decode errors read
+// "subjectAccessReviewSpec.spec.groups".
+type subjectAccessReviewSpec struct {
+	ResourceAttributes    *authorizationv1.ResourceAttributes    `json:"resourceAttributes"`
+	NonResourceAttributes *authorizationv1.NonResourceAttributes `json:"nonResourceAttributes"`
+	User                  string                                 `json:"user"`
+	Groups                []string                               `json:"groups"` // v1
+	Group                 []string                               `json:"group"`  // v1beta1
+	Extra                 map[string]authorizationv1.ExtraValue  `json:"extra"`
+	UID                   string                                 `json:"uid"`
+}
+
 func (h *AuthorizeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, serr := readReviewBody(w, r, maxSubjectAccessReviewBytes)
 	if serr != nil {
 		writeStatus(w, serr)
 		return
 	}
-	tm, serr := peekTypeMeta(body)
-	if serr != nil {
+	var in subjectAccessReview
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(body, &in); err != nil {
+		// Report a body that is not even an object like the other endpoints do.
+		if _, serr := peekTypeMeta(body); serr != nil {
+			writeStatus(w, serr)
+			return
+		}
+		writeStatus(w, badRequest("failed to decode SubjectAccessReview: %v", err))
+		return
+	}
+	tm := typeMeta{APIVersion: in.APIVersion, Kind: in.Kind}
+	if in.Kind != sarKind || (in.APIVersion != sarV1 && in.APIVersion != sarV1beta1) {
+		writeStatus(w, unsupportedType(tm, "authorization.k8s.io/v1 or v1beta1 SubjectAccessReview"))
+		return
+	}
+	spec := authorizationv1.SubjectAccessReviewSpec{
+		ResourceAttributes:    in.Spec.ResourceAttributes,
+		NonResourceAttributes: in.Spec.NonResourceAttributes,
+		User:                  in.Spec.User,
+		Groups:                in.Spec.Groups,
+		Extra:                 in.Spec.Extra,
+		UID:                   in.Spec.UID,
+	}
+	if in.APIVersion == sarV1beta1 {
+		spec.Groups = in.Spec.Group
+	}
+	if serr := validateSARSpec(spec.ResourceAttributes != nil, spec.NonResourceAttributes != nil, spec.User, len(spec.Groups)); serr != nil {
 		writeStatus(w, serr)
 		return
 	}
-	if tm.Kind != sarKind {
-		writeStatus(w, unsupportedType(tm, "authorization.k8s.io/v1 or v1beta1 SubjectAccessReview"))
+	st := h.decide(r.Context(), attributesFromV1(&spec))
+	if in.APIVersion == sarV1 {
+		writeJSON(w, http.StatusOK, &authorizationv1.SubjectAccessReview{
+			TypeMeta:   metav1.TypeMeta{APIVersion: sarV1, Kind: sarKind},
+			ObjectMeta: in.Metadata, Spec: spec, Status: st,
+		})
 		return
 	}
-	switch tm.APIVersion {
-	case sarV1:
-		var sar authorizationv1.SubjectAccessReview
-		if serr := decodeInto(body, &sar, "SubjectAccessReview"); serr != nil {
-			writeStatus(w, serr)
-			return
-		}
-		if serr := validateSARSpec(sar.Spec.ResourceAttributes != nil, sar.Spec.NonResourceAttributes != nil, sar.Spec.User, len(sar.Spec.Groups)); serr != nil {
-			writeStatus(w, serr)
-			return
-		}
-		sar.Status = h.decide(r.Context(), attributesFromV1(&sar.Spec))
-		sar.APIVersion, sar.Kind = sarV1, sarKind
-		writeJSON(w, http.StatusOK, &sar)
-	case sarV1beta1:
-		var sar authorizationv1beta1.SubjectAccessReview
-		if serr := decodeInto(body, &sar, "SubjectAccessReview"); serr != nil {
-			writeStatus(w, serr)
-			return
-		}
-		if serr := validateSARSpec(sar.Spec.ResourceAttributes != nil, sar.Spec.NonResourceAttributes != nil, sar.Spec.User, len(sar.Spec.Groups)); serr != nil {
-			writeStatus(w, serr)
-			return
-		}
-		st := h.decide(r.Context(), attributesFromV1beta1(&sar.Spec))
-		sar.Status = authorizationv1beta1.SubjectAccessReviewStatus{Allowed: st.Allowed, Denied: st.Denied, Reason: st.Reason, EvaluationError: st.EvaluationError}
-		sar.APIVersion, sar.Kind = sarV1beta1, sarKind
-		writeJSON(w, http.StatusOK, &sar)
-	default:
-		writeStatus(w, unsupportedType(tm, "authorization.k8s.io/v1 or v1beta1 SubjectAccessReview"))
+	out := &authorizationv1beta1.SubjectAccessReview{
+		TypeMeta:   metav1.TypeMeta{APIVersion: sarV1beta1, Kind: sarKind},
+		ObjectMeta: in.Metadata,
+		Spec: authorizationv1beta1.SubjectAccessReviewSpec{
+			User: spec.User, Groups: spec.Groups, UID: spec.UID,
+		},
+		Status: authorizationv1beta1.SubjectAccessReviewStatus{Allowed: st.Allowed, Denied: st.Denied, Reason: st.Reason, EvaluationError: st.EvaluationError},
 	}
+	// The attribute types of the two versions have identical fields.
+	if ra := spec.ResourceAttributes; ra != nil {
+		v := authorizationv1beta1.ResourceAttributes(*ra)
+		out.Spec.ResourceAttributes = &v
+	}
+	if nra := spec.NonResourceAttributes; nra != nil {
+		v := authorizationv1beta1.NonResourceAttributes(*nra)
+		out.Spec.NonResourceAttributes = &v
+	}
+	if len(spec.Extra) > 0 {
+		out.Spec.Extra = make(map[string]authorizationv1beta1.ExtraValue, len(spec.Extra))
+		for k, v := range spec.Extra {
+			out.Spec.Extra[k] = authorizationv1beta1.ExtraValue(v)
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // validateSARSpec is kube-apiserver's ValidateSubjectAccessReviewSpec
@@ -124,25 +172,6 @@ func (h *AuthorizeHandler) decide(ctx context.Context, a *authorizer.AttributesR
 // selectors, which deputy's authorizers do not read.
 func attributesFromV1(spec *authorizationv1.SubjectAccessReviewSpec) *authorizer.AttributesRecord {
 	u := &user.DefaultInfo{Name: spec.User, UID: spec.UID, Groups: spec.Groups, Extra: extraFromV1(spec.Extra)}
-	if ra := spec.ResourceAttributes; ra != nil {
-		return &authorizer.AttributesRecord{
-			User: u, Verb: ra.Verb, Namespace: ra.Namespace, APIGroup: ra.Group, APIVersion: matchAllVersionIfEmpty(ra.Version),
-			Resource: ra.Resource, Subresource: ra.Subresource, Name: ra.Name, ResourceRequest: true,
-		}
-	}
-	nra := spec.NonResourceAttributes
-	return &authorizer.AttributesRecord{User: u, ResourceRequest: false, Path: nra.Path, Verb: nra.Verb}
-}
-
-func attributesFromV1beta1(spec *authorizationv1beta1.SubjectAccessReviewSpec) *authorizer.AttributesRecord {
-	var extra map[string][]string
-	if len(spec.Extra) > 0 {
-		extra = make(map[string][]string, len(spec.Extra))
-		for k, v := range spec.Extra {
-			extra[k] = v
-		}
-	}
-	u := &user.DefaultInfo{Name: spec.User, UID: spec.UID, Groups: spec.Groups, Extra: extra}
 	if ra := spec.ResourceAttributes; ra != nil {
 		return &authorizer.AttributesRecord{
 			User: u, Verb: ra.Verb, Namespace: ra.Namespace, APIGroup: ra.Group, APIVersion: matchAllVersionIfEmpty(ra.Version),

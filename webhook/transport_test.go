@@ -357,7 +357,7 @@ func TestReviewEndpointsRejectClientMistakes(t *testing.T) {
 		{
 			name: "a review whose input has the wrong JSON type is a bad request", body: `{"apiVersion":"<group>/v1","kind":"<kind>","<top>":"yes"}`,
 			wantCode: 400, wantReason: metav1.StatusReasonBadRequest,
-			wantMessage: "failed to decode <kind>: json: cannot unmarshal string into Go struct field <kind>.<top> of type <toptype>",
+			wantMessage: "failed to decode <kind>: json: cannot unmarshal string into Go struct field <gotype>.<top> of type <toptype>",
 		},
 		{
 			name: "a text/plain body is an unsupported media type", contentType: "text/plain", body: "<valid>",
@@ -392,11 +392,16 @@ func TestReviewEndpointsRejectClientMistakes(t *testing.T) {
 	}
 	for _, ep := range reviewEndpoints() {
 		toptype := map[string]string{
-			"SubjectAccessReview": "v1.SubjectAccessReviewSpec",
+			"SubjectAccessReview": "webhook.subjectAccessReviewSpec",
 			"TokenReview":         "v1.TokenReviewSpec",
 			"AdmissionReview":     "v1.AdmissionRequest",
 		}[ep.kind]
-		fill := strings.NewReplacer("<group>", ep.group, "<kind>", ep.kind, "<lowerkind>", strings.ToLower(ep.kind),
+		// /authorize decodes both versions into one internal type (hot path).
+		gotype := map[string]string{"SubjectAccessReview": "subjectAccessReview"}[ep.kind]
+		if gotype == "" {
+			gotype = ep.kind
+		}
+		fill := strings.NewReplacer("<gotype>", gotype, "<group>", ep.group, "<kind>", ep.kind, "<lowerkind>", strings.ToLower(ep.kind),
 			"<top>", ep.top, "<accepts>", ep.accepts, "<toptype>", toptype, "<valid>", ep.valid).Replace
 		for _, tc := range tests {
 			t.Run(ep.path+": "+tc.name, func(t *testing.T) {
@@ -618,7 +623,7 @@ func TestAuthorizeRejectsInvalidSpecs(t *testing.T) {
 		{
 			name:        "a review whose groups are not strings is a bad request",
 			body:        `{"apiVersion":"authorization.k8s.io/v1","kind":"SubjectAccessReview","spec":{"nonResourceAttributes":{"path":"/api","verb":"get"},"groups":[1]}}`,
-			wantMessage: "failed to decode SubjectAccessReview: json: cannot unmarshal number into Go struct field SubjectAccessReviewSpec.spec.groups of type string",
+			wantMessage: "failed to decode SubjectAccessReview: json: cannot unmarshal number into Go struct field subjectAccessReviewSpec.spec.groups of type string",
 		},
 	}
 	for _, tc := range tests {

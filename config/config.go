@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -42,6 +43,19 @@ type DeputyConfiguration struct {
 	Shutdown Shutdown `json:"shutdown,omitempty"`
 	// Logging configures the log output.
 	Logging Logging `json:"logging,omitempty"`
+	// Cluster connects deputy to the cluster it guards (cluster mode):
+	// AppProjects and RBAC objects are then read through informers.
+	Cluster Cluster `json:"cluster,omitempty"`
+}
+
+// Cluster configures the connection to the cluster. Without kubeconfig and
+// inCluster deputy runs in file mode.
+type Cluster struct {
+	// Kubeconfig is a kubeconfig file (--kubeconfig); Context picks a context in it.
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+	Context    string `json:"context,omitempty"`
+	// InCluster uses the Pod's ServiceAccount (--in-cluster).
+	InCluster bool `json:"inCluster,omitempty"`
 }
 
 // TLS configures the serving certificate and client-certificate
@@ -88,6 +102,82 @@ type Authorization struct {
 	// DefaultDecision is NoOpinion (default: kube-apiserver's next authorizer
 	// decides) or Deny (nothing deputy does not allow is allowed).
 	DefaultDecision string `json:"defaultDecision,omitempty"`
+	// Impersonation configures the impersonation gate.
+	Impersonation Impersonation `json:"impersonation,omitempty"`
+}
+
+// Impersonation configures the impersonation gate: which identities may
+// impersonate the ServiceAccounts their AppProjects derive, and how
+// impersonation by everyone else is restricted.
+type Impersonation struct {
+	// Impersonators are the sync identities (deputy's own, Argo CD's
+	// application controller) whose impersonation rights come from
+	// AppProjects. Default: deputy's own ServiceAccount deputy-system/deputy
+	// with deputy.dev AppProjects.
+	Impersonators []Impersonator `json:"impersonators,omitempty"`
+	// Strict (default true): for every other subject that is not exempt,
+	// impersonate, impersonate:* and impersonate-on:* are allowed only by RBAC
+	// rules that name the target in resourceNames; otherwise deputy denies, so
+	// kube-apiserver's RBAC cannot allow it afterwards.
+	Strict *bool `json:"strict,omitempty"`
+	// RequireConstrained denies legacy `impersonate` to impersonators, so the
+	// per-action checks of constrained impersonation (kube-apiserver >= 1.36)
+	// cannot be bypassed.
+	RequireConstrained bool `json:"requireConstrained,omitempty"`
+	// Exempt subjects are left to RBAC entirely. Default: group system:masters.
+	Exempt []Subject `json:"exempt,omitempty"`
+	// ProtectedTargets can never be impersonated through deputy.
+	ProtectedTargets *ProtectedTargets `json:"protectedTargets,omitempty"`
+	// GateRBAC is what admission does with a Role or ClusterRole granting
+	// impersonation without resourceNames: Warn (default) or Deny.
+	GateRBAC string `json:"gateRBAC,omitempty"`
+}
+
+// Impersonator is one sync identity and where its AppProjects come from.
+type Impersonator struct {
+	// User is the identity's user name; ServiceAccount ("namespace/name") is
+	// the short form of system:serviceaccount:namespace:name. Set one.
+	User           string `json:"user,omitempty"`
+	ServiceAccount string `json:"serviceAccount,omitempty"`
+	// ClusterServer is the URL by which the projects name this cluster.
+	// Default https://kubernetes.default.svc.
+	ClusterServer string `json:"clusterServer,omitempty"`
+	// ClusterName is the cluster's registered name, for destinations given by name.
+	ClusterName string `json:"clusterName,omitempty"`
+	// Projects selects the AppProjects that grant this identity.
+	Projects ProjectSource `json:"projects,omitempty"`
+	// ApplicationNamespaces are the namespaces the identity's Applications
+	// live in; a destination without a namespace derives a bare-name
+	// ServiceAccount in the Application's namespace, so these namespaces are
+	// what such entries can reach.
+	ApplicationNamespaces []string `json:"applicationNamespaces,omitempty"`
+}
+
+// ProjectSource selects AppProjects.
+type ProjectSource struct {
+	// APIGroups: argoproj.io and/or deputy.dev. Default [deputy.dev].
+	APIGroups []string `json:"apiGroups,omitempty"`
+	// Namespaces the AppProjects live in; empty means every namespace.
+	Namespaces []string `json:"namespaces,omitempty"`
+}
+
+// Subject names a user, a group or a ServiceAccount ("namespace/name"); set one.
+type Subject struct {
+	User           string `json:"user,omitempty"`
+	Group          string `json:"group,omitempty"`
+	ServiceAccount string `json:"serviceAccount,omitempty"`
+}
+
+// ProtectedTargets are identities the gate never lets anyone impersonate.
+type ProtectedTargets struct {
+	// Groups that cannot be impersonated. Default [system:masters].
+	Groups []string `json:"groups,omitempty"`
+	// UserPrefixes: users whose name starts with one cannot be impersonated.
+	// Default [system:kube-].
+	UserPrefixes []string `json:"userPrefixes,omitempty"`
+	// ServiceAccountNamespaces: no ServiceAccount of these namespaces can be
+	// impersonated. Default [kube-system].
+	ServiceAccountNamespaces []string `json:"serviceAccountNamespaces,omitempty"`
 }
 
 // Authentication configures TokenReview answers.
@@ -126,6 +216,10 @@ const (
 	DefaultGracePeriod  = 30 * time.Second
 	DefaultAPIAudience  = "https://kubernetes.default.svc.cluster.local"
 	DefaultClientName   = "kube-apiserver"
+	// DefaultClusterServer is how projects name the cluster they run in.
+	DefaultClusterServer = "https://kubernetes.default.svc"
+	// DefaultSyncServiceAccount is deputy's own sync identity.
+	DefaultSyncServiceAccount = "deputy-system/deputy"
 )
 
 // Default returns the embedded default configuration: 127.0.0.1:8443,
@@ -155,6 +249,7 @@ func SetDefaults(c *DeputyConfiguration) {
 	if c.Authorization.DefaultDecision == "" {
 		c.Authorization.DefaultDecision = "NoOpinion"
 	}
+	SetImpersonationDefaults(&c.Authorization.Impersonation)
 	if len(c.Authentication.APIAudiences) == 0 {
 		c.Authentication.APIAudiences = []string{DefaultAPIAudience}
 	}
@@ -166,6 +261,43 @@ func SetDefaults(c *DeputyConfiguration) {
 	}
 	if c.Logging.Format == "" {
 		c.Logging.Format = "text"
+	}
+}
+
+// SetImpersonationDefaults fills the gate's defaults: deputy's own sync
+// identity as the only impersonator, strict on, group system:masters exempt,
+// and the protected targets system:masters, system:kube-* users and
+// kube-system ServiceAccounts; per impersonator the cluster server
+// https://kubernetes.default.svc and deputy.dev AppProjects.
+func SetImpersonationDefaults(im *Impersonation) {
+	if im.Impersonators == nil {
+		im.Impersonators = []Impersonator{{ServiceAccount: DefaultSyncServiceAccount}}
+	}
+	for i := range im.Impersonators {
+		p := &im.Impersonators[i]
+		if p.ClusterServer == "" {
+			p.ClusterServer = DefaultClusterServer
+		}
+		if len(p.Projects.APIGroups) == 0 {
+			p.Projects.APIGroups = []string{"deputy.dev"}
+		}
+	}
+	if im.Strict == nil {
+		t := true
+		im.Strict = &t
+	}
+	if im.Exempt == nil {
+		im.Exempt = []Subject{{Group: "system:masters"}}
+	}
+	if im.ProtectedTargets == nil {
+		im.ProtectedTargets = &ProtectedTargets{
+			Groups:                   []string{"system:masters"},
+			UserPrefixes:             []string{"system:kube-"},
+			ServiceAccountNamespaces: []string{"kube-system"},
+		}
+	}
+	if im.GateRBAC == "" {
+		im.GateRBAC = "Warn"
 	}
 }
 
@@ -246,6 +378,10 @@ func Validate(c *DeputyConfiguration) field.ErrorList {
 	default:
 		errs = append(errs, field.NotSupported(field.NewPath("authorization", "defaultDecision"), c.Authorization.DefaultDecision, []string{"NoOpinion", "Deny"}))
 	}
+	errs = append(errs, validateImpersonation(&c.Authorization.Impersonation, field.NewPath("authorization", "impersonation"))...)
+	if c.Cluster.InCluster && c.Cluster.Kubeconfig != "" {
+		errs = append(errs, field.Invalid(field.NewPath("cluster", "inCluster"), true, "set either cluster.kubeconfig (--kubeconfig) or cluster.inCluster (--in-cluster), not both"))
+	}
 	for i, a := range c.Authentication.APIAudiences {
 		if strings.TrimSpace(a) == "" {
 			errs = append(errs, field.Invalid(field.NewPath("authentication", "apiAudiences").Index(i), a, "must not be empty"))
@@ -277,4 +413,78 @@ func Marshal(c *DeputyConfiguration) ([]byte, error) {
 		return nil, err
 	}
 	return bytes.TrimSpace(data), nil
+}
+
+func validateImpersonation(im *Impersonation, fld *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	seen := map[string]int{}
+	for i, p := range im.Impersonators {
+		f := fld.Child("impersonators").Index(i)
+		name, err := p.UserName()
+		if err != nil {
+			errs = append(errs, field.Invalid(f, p.User+p.ServiceAccount, err.Error()))
+		} else if j, dup := seen[name]; dup {
+			errs = append(errs, field.Duplicate(f.Child("user"), fmt.Sprintf("%s (also impersonators[%d])", name, j)))
+		} else {
+			seen[name] = i
+		}
+		if u, err := url.Parse(p.ClusterServer); err != nil || u.Scheme != "https" || u.Host == "" {
+			errs = append(errs, field.Invalid(f.Child("clusterServer"), p.ClusterServer, "must be an https:// URL, the one the AppProjects' destinations use for this cluster (e.g. https://kubernetes.default.svc)"))
+		}
+		for j, g := range p.Projects.APIGroups {
+			if g != "argoproj.io" && g != "deputy.dev" {
+				errs = append(errs, field.NotSupported(f.Child("projects", "apiGroups").Index(j), g, []string{"argoproj.io", "deputy.dev"}))
+			}
+		}
+		for j, ns := range p.ApplicationNamespaces {
+			if strings.TrimSpace(ns) == "" {
+				errs = append(errs, field.Invalid(f.Child("applicationNamespaces").Index(j), ns, "must not be empty"))
+			}
+		}
+	}
+	for i, s := range im.Exempt {
+		n := 0
+		for _, v := range []string{s.User, s.Group, s.ServiceAccount} {
+			if v != "" {
+				n++
+			}
+		}
+		if n != 1 {
+			errs = append(errs, field.Invalid(fld.Child("exempt").Index(i), s, "set exactly one of user, group, serviceAccount"))
+		}
+		if s.ServiceAccount != "" && !validServiceAccountRef(s.ServiceAccount) {
+			errs = append(errs, field.Invalid(fld.Child("exempt").Index(i).Child("serviceAccount"), s.ServiceAccount, "must be namespace/name"))
+		}
+	}
+	switch im.GateRBAC {
+	case "Warn", "Deny":
+	default:
+		errs = append(errs, field.NotSupported(fld.Child("gateRBAC"), im.GateRBAC, []string{"Warn", "Deny"}))
+	}
+	return errs
+}
+
+// UserName is the impersonator's user name: User, or
+// system:serviceaccount:<ns>:<name> for ServiceAccount "ns/name".
+//
+// Errors: neither or both set, or a ServiceAccount not of the form ns/name.
+func (p Impersonator) UserName() (string, error) {
+	switch {
+	case p.User != "" && p.ServiceAccount != "":
+		return "", fmt.Errorf("set user or serviceAccount, not both")
+	case p.User != "":
+		return p.User, nil
+	case p.ServiceAccount != "":
+		if !validServiceAccountRef(p.ServiceAccount) {
+			return "", fmt.Errorf("serviceAccount must be namespace/name, e.g. argocd/argocd-application-controller")
+		}
+		ns, name, _ := strings.Cut(p.ServiceAccount, "/")
+		return "system:serviceaccount:" + ns + ":" + name, nil
+	}
+	return "", fmt.Errorf("set user or serviceAccount")
+}
+
+func validServiceAccountRef(s string) bool {
+	ns, name, ok := strings.Cut(s, "/")
+	return ok && ns != "" && name != "" && !strings.Contains(name, "/")
 }

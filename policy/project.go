@@ -631,6 +631,7 @@ func (c *saEntry) usernameFor(namespace, name string) string {
 type CompiledProject struct {
 	name    string
 	entries []saEntry
+	dests   []compiledDestination
 }
 
 // ProjectMatcher is another name for CompiledProject.
@@ -667,7 +668,7 @@ func CompileAppProject(p *v1alpha1.AppProject) (*CompiledProject, error) {
 }
 
 func saCompileProject(p *v1alpha1.AppProject) *CompiledProject {
-	c := &CompiledProject{name: p.Name, entries: make([]saEntry, len(p.Spec.DestinationServiceAccounts))}
+	c := &CompiledProject{name: p.Name, entries: make([]saEntry, len(p.Spec.DestinationServiceAccounts)), dests: compileDestinations(p)}
 	for i, e := range p.Spec.DestinationServiceAccounts {
 		c.entries[i] = saCompileEntry(e)
 	}

@@ -1,0 +1,570 @@
+package authorizer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+
+	"deputy.dev/deputy/config"
+	"deputy.dev/deputy/policy"
+)
+
+// Impersonator is a sync identity whose right to impersonate comes from
+// AppProjects: it may impersonate exactly the ServiceAccounts its projects
+// derive for ClusterServer, for the actions a sync needs, in the projects'
+// destinations.
+type Impersonator struct {
+	// UserName is the identity (system:serviceaccount:ns:name for a
+	// ServiceAccount).
+	UserName string
+	// ClusterServer and ClusterName are how the projects name this cluster.
+	ClusterServer string
+	ClusterName   string
+	// APIGroups (argoproj.io, deputy.dev) and Namespaces (empty: all) select
+	// the AppProjects that grant this identity.
+	APIGroups  []string
+	Namespaces []string
+	// ApplicationNamespaces are where this identity's Applications live.
+	ApplicationNamespaces []string
+}
+
+// GateOptions configure the impersonation gate.
+type GateOptions struct {
+	Impersonators []Impersonator
+	// Strict restricts every other non-exempt subject to RBAC rules that name
+	// the impersonation target in resourceNames, and denies otherwise.
+	Strict bool
+	// RequireConstrained denies legacy `impersonate` to impersonators.
+	RequireConstrained bool
+	// Exempt users and groups are left to RBAC.
+	ExemptUsers, ExemptGroups []string
+	// Protected targets are never impersonated through deputy.
+	ProtectedGroups, ProtectedUserPrefixes, ProtectedServiceAccountNamespaces []string
+}
+
+// ClusterStateFunc returns the cluster's state in cluster mode; nil in file mode.
+type ClusterStateFunc func() *policy.ClusterState
+
+// Gate is deputy's impersonation gate, an authorizer that answers only
+// impersonation checks (verbs impersonate, impersonate:<mode> and
+// impersonate-on:<mode>:<verb>, as kube-apiserver's impersonation filters
+// send them: k8s.io/apiserver/pkg/endpoints/filters/impersonation) and has no
+// opinion on everything else. It goes before RBAC in the union so that its
+// Deny is final.
+type Gate struct {
+	opts    GateOptions
+	file    SnapshotFunc
+	cluster ClusterStateFunc
+
+	exemptUsers, exemptGroups map[string]bool
+	impersonators             map[string]*Impersonator
+
+	mu    sync.Mutex // serialises index rebuilds
+	index atomic.Pointer[gateIndex]
+}
+
+var _ authorizer.Authorizer = (*Gate)(nil)
+
+// NewGate returns the gate. file returns deputy's policy snapshot (AppProjects
+// and RBAC from files); cluster, when not nil, the cluster's state (cluster
+// mode). The gate indexes their AppProjects per impersonator and rebuilds the
+// index when either changes.
+func NewGate(opts GateOptions, file SnapshotFunc, cluster ClusterStateFunc) *Gate {
+	g := &Gate{opts: opts, file: file, cluster: cluster,
+		exemptUsers: set(opts.ExemptUsers), exemptGroups: set(opts.ExemptGroups), impersonators: map[string]*Impersonator{}}
+	for i := range opts.Impersonators {
+		g.impersonators[opts.Impersonators[i].UserName] = &g.opts.Impersonators[i]
+	}
+	return g
+}
+
+func set(list []string) map[string]bool {
+	m := make(map[string]bool, len(list))
+	for _, s := range list {
+		m[s] = true
+	}
+	return m
+}
+
+// ErrProjectsNotSynced is the evaluation error while the cluster's
+// AppProjects and RBAC objects have not been listed yet.
+var ErrProjectsNotSynced = errors.New("projects not synced")
+
+// syncVerbs are the verbs a sync needs (server-side apply is patch; prune is
+// delete; preflight and status are get, list, watch).
+var syncVerbs = map[string]bool{"get": true, "list": true, "watch": true, "create": true, "update": true, "patch": true, "delete": true}
+
+type impersonationKind int
+
+const (
+	notImpersonation impersonationKind = iota
+	legacyImpersonate                  // verb impersonate
+	constrainedImpersonate             // verb impersonate:<mode>
+	impersonateOn                      // verb impersonate-on:<mode>:<verb>
+)
+
+// parseImpersonationVerb classifies a verb; mode is "" for legacy, onVerb the
+// real request's verb for impersonate-on.
+func parseImpersonationVerb(verb string) (kind impersonationKind, mode, onVerb string) {
+	switch {
+	case verb == "impersonate":
+		return legacyImpersonate, "", ""
+	case strings.HasPrefix(verb, "impersonate:"):
+		return constrainedImpersonate, verb[len("impersonate:"):], ""
+	case strings.HasPrefix(verb, "impersonate-on:"):
+		mode, onVerb, _ := strings.Cut(verb[len("impersonate-on:"):], ":")
+		return impersonateOn, mode, onVerb
+	}
+	return notImpersonation, "", ""
+}
+
+// Authorize decides impersonation checks:
+//   - exempt subjects: no opinion (RBAC decides);
+//   - a protected target (impersonate and impersonate:<mode> on users,
+//     groups, serviceaccounts): Deny, for everyone;
+//   - an impersonator: Allow exactly what its AppProjects derive (see
+//     decideImpersonator), Deny the rest;
+//   - anyone else with Strict: Allow only through an RBAC rule (deputy's
+//     policy, and the cluster's in cluster mode) with resourceNames that name
+//     the target; Deny otherwise;
+//   - anyone else without Strict: no opinion.
+//
+// In cluster mode, until the cluster's AppProjects and RBAC have synced,
+// impersonation is denied with ErrProjectsNotSynced as evaluation error.
+func (g *Gate) Authorize(ctx context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+	verb := a.GetVerb()
+	if !strings.HasPrefix(verb, "impersonate") {
+		return authorizer.DecisionNoOpinion, "", nil
+	}
+	kind, mode, onVerb := parseImpersonationVerb(verb)
+	if kind == notImpersonation {
+		return authorizer.DecisionNoOpinion, "", nil
+	}
+	u := a.GetUser()
+	if g.isExempt(u) {
+		return authorizer.DecisionNoOpinion, "", nil
+	}
+	if kind != impersonateOn {
+		if reason := g.protectedTarget(a); reason != "" {
+			return authorizer.DecisionDeny, reason, nil
+		}
+	}
+	imp := g.impersonators[u.GetName()]
+	if imp == nil && !g.opts.Strict {
+		return authorizer.DecisionNoOpinion, "", nil
+	}
+	idx := g.currentIndex()
+	if !idx.synced {
+		return authorizer.DecisionDeny, "deputy impersonation gate: the cluster's AppProjects and RBAC objects are not synced yet", ErrProjectsNotSynced
+	}
+	if imp != nil {
+		return g.decideImpersonator(idx.impersonators[imp.UserName], a, kind, mode, onVerb)
+	}
+	return g.decideStrict(idx, a)
+}
+
+// ConditionsAwareAuthorize is Authorize in the conditions-aware form; the
+// gate's decisions are never conditional.
+func (g *Gate) ConditionsAwareAuthorize(ctx context.Context, a authorizer.Attributes) authorizer.ConditionsAwareDecision {
+	return authorizer.ConditionsAwareDecisionFromParts(g.Authorize(ctx, a))
+}
+
+// EvaluateConditions fails closed: the gate issues no conditional decisions.
+func (g *Gate) EvaluateConditions(context.Context, authorizer.ConditionsAwareDecision, authorizer.ConditionsData) (authorizer.Decision, string, error) {
+	return authorizer.DecisionDeny, "", authorizer.ErrorConditionEvaluationNotSupported
+}
+
+func (g *Gate) isExempt(u user.Info) bool {
+	if g.exemptUsers[u.GetName()] {
+		return true
+	}
+	for _, grp := range u.GetGroups() {
+		if g.exemptGroups[grp] {
+			return true
+		}
+	}
+	return false
+}
+
+// protectedTarget returns a deny reason when the check names a protected
+// user, group or ServiceAccount.
+func (g *Gate) protectedTarget(a authorizer.Attributes) string {
+	name := a.GetName()
+	switch a.GetResource() {
+	case "serviceaccounts":
+		if slices.Contains(g.opts.ProtectedServiceAccountNamespaces, a.GetNamespace()) {
+			return fmt.Sprintf("deputy impersonation gate: ServiceAccounts of namespace %q are protected targets and are never impersonated (authorization.impersonation.protectedTargets)", a.GetNamespace())
+		}
+	case "users":
+		for _, p := range g.opts.ProtectedUserPrefixes {
+			if strings.HasPrefix(name, p) {
+				return fmt.Sprintf("deputy impersonation gate: user %q is a protected target (prefix %q) and is never impersonated (authorization.impersonation.protectedTargets)", name, p)
+			}
+		}
+	case "groups":
+		if slices.Contains(g.opts.ProtectedGroups, name) {
+			return fmt.Sprintf("deputy impersonation gate: group %q is a protected target and is never impersonated (authorization.impersonation.protectedTargets)", name)
+		}
+	}
+	return ""
+}
+
+// decideImpersonator answers an impersonator:
+//   - legacy `impersonate` on serviceaccounts (group "") and constrained
+//     `impersonate:serviceaccount` (group authentication.k8s.io): Allow iff
+//     one of its AppProjects derives exactly that ServiceAccount for its
+//     cluster (CompiledProject.DerivesServiceAccount); legacy is denied with
+//     RequireConstrained;
+//   - `impersonate-on:serviceaccount:<verb>`: Allow iff verb is one a sync
+//     uses and the request is inside one of its projects: a namespace that
+//     is a destination, the Namespace object of a destination namespace, a
+//     cluster-scoped kind the project's clusterResourceWhitelist permits, or
+//     discovery (/api, /apis, /version and below);
+//   - everything else (users, groups, uids, userextras, the user-info and
+//     node modes): Deny.
+func (g *Gate) decideImpersonator(ix *impersonatorIndex, a authorizer.Attributes, kind impersonationKind, mode, onVerb string) (authorizer.Decision, string, error) {
+	who := ix.cfg.UserName
+	switch kind {
+	case legacyImpersonate:
+		if g.opts.RequireConstrained {
+			return authorizer.DecisionDeny, fmt.Sprintf("deputy impersonation gate: %s may impersonate only through constrained impersonation (authorization.impersonation.requireConstrained); legacy impersonate is denied", who), nil
+		}
+		if a.GetAPIGroup() != "" || a.GetResource() != "serviceaccounts" {
+			return authorizer.DecisionDeny, fmt.Sprintf("deputy impersonation gate: %s may impersonate only the ServiceAccounts its AppProjects derive, not %s", who, describeTarget(a)), nil
+		}
+		return ix.decideServiceAccount(a.GetNamespace(), a.GetName())
+	case constrainedImpersonate:
+		if mode != "serviceaccount" || a.GetAPIGroup() != "authentication.k8s.io" || a.GetResource() != "serviceaccounts" {
+			return authorizer.DecisionDeny, fmt.Sprintf("deputy impersonation gate: %s may impersonate only the ServiceAccounts its AppProjects derive, not %s (mode %s)", who, describeTarget(a), mode), nil
+		}
+		return ix.decideServiceAccount(a.GetNamespace(), a.GetName())
+	}
+	// impersonate-on
+	if mode != "serviceaccount" {
+		return authorizer.DecisionDeny, fmt.Sprintf("deputy impersonation gate: %s may act only as ServiceAccounts, not in impersonation mode %s", who, mode), nil
+	}
+	if !syncVerbs[onVerb] {
+		return authorizer.DecisionDeny, fmt.Sprintf("deputy impersonation gate: verb %q is not one a sync uses (get, list, watch, create, update, patch, delete)", onVerb), nil
+	}
+	return ix.decideAction(a, onVerb)
+}
+
+func describeTarget(a authorizer.Attributes) string {
+	r := a.GetResource()
+	if a.GetAPIGroup() != "" {
+		r += "." + a.GetAPIGroup()
+	}
+	if a.GetSubresource() != "" {
+		r += "/" + a.GetSubresource()
+	}
+	if a.GetNamespace() != "" {
+		return fmt.Sprintf("%s %q in namespace %q", r, a.GetName(), a.GetNamespace())
+	}
+	return fmt.Sprintf("%s %q", r, a.GetName())
+}
+
+func (ix *impersonatorIndex) decideServiceAccount(ns, name string) (authorizer.Decision, string, error) {
+	target := serviceaccount.MakeUsername(ns, name)
+	if ns == "" || name == "" {
+		return authorizer.DecisionDeny, fmt.Sprintf("deputy impersonation gate: the ServiceAccount to impersonate needs a namespace and a name, got %q", target), nil
+	}
+	exact, wild := ix.byTarget[ns+"/"+name], ix.byWildName[name]
+	for _, list := range [2][]int{exact, wild} {
+		for _, pi := range list {
+			p := &ix.projects[pi]
+			if i, ok := p.compiled.DerivesServiceAccount(ix.cfg.ClusterServer, ns, name, ix.isAppNamespace); ok {
+				return authorizer.DecisionAllow, fmt.Sprintf("deputy impersonation gate: %s destinationServiceAccounts[%d] derives %s for %s", p.ref, i, target, ix.cfg.ClusterServer), nil
+			}
+		}
+	}
+	return authorizer.DecisionDeny, fmt.Sprintf("deputy impersonation gate: no AppProject of %s derives %s for cluster %s%s", ix.cfg.UserName, target, ix.cfg.ClusterServer, ix.closest(ns, name, exact, wild)), nil
+}
+
+// maxClosestProjects bounds the search for the closest entry of a denial, so
+// a denial costs no more than an allow when thousands of projects name the
+// same ServiceAccount.
+const maxClosestProjects = 8
+
+// closest names the entry nearest to deriving ns/name, looking first at the
+// projects that name the ServiceAccount.
+func (ix *impersonatorIndex) closest(ns, name string, exact, wild []int) string {
+	if len(ix.projects) == 0 {
+		return "; no AppProject grants this identity (check authorization.impersonation.impersonators[].projects)"
+	}
+	candidates := append(append([]int(nil), exact...), wild...)
+	if len(candidates) == 0 {
+		for i := 0; i < len(ix.projects) && i < maxClosestProjects; i++ {
+			candidates = append(candidates, i)
+		}
+	}
+	for n, pi := range candidates {
+		if n == maxClosestProjects {
+			break
+		}
+		if c := ix.projects[pi].compiled.ClosestEntry(ix.cfg.ClusterServer, ns, name); c != "" {
+			return "; closest: " + ix.projects[pi].ref + " " + c
+		}
+	}
+	return ""
+}
+
+// discovery reports whether a non-resource path is API discovery.
+func discovery(path string) bool {
+	for _, p := range []string{"/api", "/apis", "/version"} {
+		if path == p || strings.HasPrefix(path, p+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+func (ix *impersonatorIndex) decideAction(a authorizer.Attributes, verb string) (authorizer.Decision, string, error) {
+	who := ix.cfg.UserName
+	if !a.IsResourceRequest() {
+		if discovery(a.GetPath()) {
+			return authorizer.DecisionAllow, "deputy impersonation gate: discovery is allowed to sync identities", nil
+		}
+		return authorizer.DecisionDeny, fmt.Sprintf("deputy impersonation gate: %s may reach only discovery (/api, /apis, /version) as a ServiceAccount, not %s", who, a.GetPath()), nil
+	}
+	ns := a.GetNamespace()
+	server, cluster := ix.cfg.ClusterServer, ix.cfg.ClusterName
+	if ns != "" {
+		if ref, ok := ix.destinationOf(server, cluster, ns); ok {
+			return authorizer.DecisionAllow, fmt.Sprintf("deputy impersonation gate: namespace %q is a destination of %s", ns, ref), nil
+		}
+		return authorizer.DecisionDeny, fmt.Sprintf("deputy impersonation gate: namespace %q is not a destination of any AppProject of %s on %s", ns, who, server), nil
+	}
+	group, resource, name := a.GetAPIGroup(), a.GetResource(), a.GetName()
+	if group == "" && resource == "namespaces" && name != "" && a.GetSubresource() == "" {
+		if ref, ok := ix.destinationOf(server, cluster, name); ok {
+			return authorizer.DecisionAllow, fmt.Sprintf("deputy impersonation gate: namespace %q is a destination of %s", name, ref), nil
+		}
+	}
+	kind := kindFor(group, resource)
+	for i := range ix.projects {
+		p := &ix.projects[i]
+		if clusterKindPermitted(p, group, resource, kind) {
+			return authorizer.DecisionAllow, fmt.Sprintf("deputy impersonation gate: %s permits cluster-scoped %s", p.ref, describeKind(group, resource, kind)), nil
+		}
+	}
+	return authorizer.DecisionDeny, fmt.Sprintf("deputy impersonation gate: no AppProject of %s permits cluster-scoped %s (clusterResourceWhitelist)", who, describeKind(group, resource, kind)), nil
+}
+
+// destinationOf finds a project that permits namespace ns as a destination.
+func (ix *impersonatorIndex) destinationOf(server, cluster, ns string) (string, bool) {
+	for _, list := range [2][]int{ix.destLiteral[ns], ix.destPattern} {
+		for _, i := range list {
+			if ix.projects[i].compiled.DestinationPermitted(server, cluster, ns) {
+				return ix.projects[i].ref, true
+			}
+		}
+	}
+	return "", false
+}
+
+func describeKind(group, resource, kind string) string {
+	s := resource
+	if kind != "" {
+		s = kind
+	}
+	if group != "" {
+		s += "." + group
+	}
+	return s
+}
+
+// decideStrict answers a subject that is neither exempt nor an impersonator:
+// only an RBAC rule with resourceNames naming the target allows.
+func (g *Gate) decideStrict(idx *gateIndex, a authorizer.Attributes) (authorizer.Decision, string, error) {
+	for _, r := range []*policy.RBAC{idx.fileRBAC, idx.clusterRBAC} {
+		if r == nil {
+			continue
+		}
+		if reason, ok := namedRuleAllows(r, a); ok {
+			return authorizer.DecisionAllow, reason + " (a rule naming the impersonation target in resourceNames)", nil
+		}
+	}
+	return authorizer.DecisionDeny, fmt.Sprintf("deputy impersonation gate (strict): %s may %s only through an RBAC rule that names the target in resourceNames; none grants %s",
+		a.GetUser().GetName(), a.GetVerb(), describeTarget(a)), nil
+}
+
+// namedRuleAllows is RBAC evaluation that ignores rules without
+// resourceNames (so `*` verbs and resource-wide grants do not count).
+func namedRuleAllows(r *policy.RBAC, a authorizer.Attributes) (string, bool) {
+	req := newRequest(a)
+	reason := ""
+	r.VisitBindings(a.GetUser(), a.GetNamespace(), func(b *policy.Binding, subject int) bool {
+		for i := range b.Rules {
+			rule := &b.Rules[i]
+			if len(rule.ResourceNames) > 0 && req.allows(rule) {
+				reason = b.Reasons[subject]
+				return false
+			}
+		}
+		return true
+	})
+	return reason, reason != ""
+}
+
+// gateIndex is the per-snapshot view of the gate: compiled AppProjects per
+// impersonator, indexed by the ServiceAccount names they derive.
+type gateIndex struct {
+	file          *policy.Snapshot
+	cluster       *policy.ClusterState
+	synced        bool
+	fileRBAC      *policy.RBAC
+	clusterRBAC   *policy.RBAC
+	impersonators map[string]*impersonatorIndex
+}
+
+type impersonatorIndex struct {
+	cfg      *Impersonator
+	projects []gateProject
+	// byTarget maps "namespace/name" to the projects with an entry that
+	// derives exactly that ServiceAccount; byWildName maps a name to the
+	// projects with an entry deriving it in a namespace that depends on the
+	// destination. Together they are every project that can derive a
+	// ServiceAccount, so decideServiceAccount checks only those.
+	byTarget   map[string][]int
+	byWildName map[string][]int
+	appNS      map[string]bool
+	// destLiteral maps a namespace to the projects with a plain destination
+	// entry of exactly that namespace; destPattern lists the projects with a
+	// wildcard or negated one. Together they are every project that can
+	// permit a namespace, so decideAction checks only those.
+	destLiteral map[string][]int
+	destPattern []int
+}
+
+func (ix *impersonatorIndex) isAppNamespace(ns string) bool { return ix.appNS[ns] }
+
+type gateProject struct {
+	ref      string // `AppProject argoproj.io argocd/guestbook`
+	project  *policy.Project
+	compiled *policy.CompiledProject
+}
+
+// currentIndex returns the index for the current snapshot and cluster state,
+// rebuilding it (once, under the lock) when either changed.
+func (g *Gate) currentIndex() *gateIndex {
+	file := g.file()
+	var cluster *policy.ClusterState
+	if g.cluster != nil {
+		cluster = g.cluster()
+	}
+	if idx := g.index.Load(); idx != nil && idx.file == file && idx.cluster == cluster {
+		return idx
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if idx := g.index.Load(); idx != nil && idx.file == file && idx.cluster == cluster {
+		return idx
+	}
+	idx := g.buildIndex(file, cluster)
+	g.index.Store(idx)
+	return idx
+}
+
+func (g *Gate) buildIndex(file *policy.Snapshot, cluster *policy.ClusterState) *gateIndex {
+	idx := &gateIndex{file: file, cluster: cluster, synced: g.cluster == nil || (cluster != nil && cluster.Synced),
+		impersonators: make(map[string]*impersonatorIndex, len(g.opts.Impersonators))}
+	var projects []policy.Project
+	if file != nil {
+		idx.fileRBAC = file.RBAC
+		projects = append(projects, file.Projects...)
+	}
+	if cluster != nil {
+		idx.clusterRBAC = cluster.RBAC
+		projects = append(projects, cluster.Projects...)
+	}
+	compiled := make([]*policy.CompiledProject, len(projects))
+	for i := range projects {
+		// A project that does not compile grants nothing (fail closed);
+		// admission and `deputy validate` report it.
+		compiled[i], _ = policy.CompileAppProject(projects[i].Object)
+	}
+	for i := range g.opts.Impersonators {
+		cfg := &g.opts.Impersonators[i]
+		ix := &impersonatorIndex{cfg: cfg, byTarget: map[string][]int{}, byWildName: map[string][]int{}, appNS: set(cfg.ApplicationNamespaces), destLiteral: map[string][]int{}}
+		for j := range projects {
+			p := &projects[j]
+			if compiled[j] == nil || !slices.Contains(cfg.APIGroups, p.Group) ||
+				(len(cfg.Namespaces) > 0 && !slices.Contains(cfg.Namespaces, p.Object.Namespace)) {
+				continue
+			}
+			n := len(ix.projects)
+			ix.projects = append(ix.projects, gateProject{
+				ref:      fmt.Sprintf("AppProject %s %s/%s", p.Group, p.Object.Namespace, p.Object.Name),
+				project:  p,
+				compiled: compiled[j],
+			})
+			literals, patterns := compiled[j].DestinationNamespaceIndex()
+			for _, ns := range literals {
+				if l := ix.destLiteral[ns]; len(l) == 0 || l[len(l)-1] != n {
+					ix.destLiteral[ns] = append(l, n)
+				}
+			}
+			if patterns {
+				ix.destPattern = append(ix.destPattern, n)
+			}
+			for _, t := range compiled[j].ServiceAccountTargets() {
+				m, key := ix.byWildName, t.Name
+				if t.Namespace != "" {
+					m, key = ix.byTarget, t.Namespace+"/"+t.Name
+				}
+				if l := m[key]; len(l) == 0 || l[len(l)-1] != n {
+					m[key] = append(l, n)
+				}
+			}
+		}
+		idx.impersonators[cfg.UserName] = ix
+	}
+	return idx
+}
+
+// Explain for the gate: the decision and reason for a, for `deputy can-i`.
+func (g *Gate) Explain(a authorizer.Attributes) (authorizer.Decision, string, error) {
+	return g.Authorize(context.Background(), a)
+}
+
+// GateOptionsFrom resolves the configuration's authorization.impersonation
+// (defaults applied, see config.SetImpersonationDefaults) into GateOptions.
+//
+// Errors: an impersonator without a valid identity.
+func GateOptionsFrom(im config.Impersonation) (GateOptions, error) {
+	config.SetImpersonationDefaults(&im)
+	o := GateOptions{Strict: *im.Strict, RequireConstrained: im.RequireConstrained}
+	for i, p := range im.Impersonators {
+		name, err := p.UserName()
+		if err != nil {
+			return GateOptions{}, fmt.Errorf("authorization.impersonation.impersonators[%d]: %w", i, err)
+		}
+		o.Impersonators = append(o.Impersonators, Impersonator{
+			UserName: name, ClusterServer: p.ClusterServer, ClusterName: p.ClusterName,
+			APIGroups: p.Projects.APIGroups, Namespaces: p.Projects.Namespaces, ApplicationNamespaces: p.ApplicationNamespaces,
+		})
+	}
+	for _, s := range im.Exempt {
+		switch {
+		case s.User != "":
+			o.ExemptUsers = append(o.ExemptUsers, s.User)
+		case s.Group != "":
+			o.ExemptGroups = append(o.ExemptGroups, s.Group)
+		case s.ServiceAccount != "":
+			ns, name, _ := strings.Cut(s.ServiceAccount, "/")
+			o.ExemptUsers = append(o.ExemptUsers, serviceaccount.MakeUsername(ns, name))
+		}
+	}
+	if pt := im.ProtectedTargets; pt != nil {
+		o.ProtectedGroups, o.ProtectedUserPrefixes, o.ProtectedServiceAccountNamespaces = pt.Groups, pt.UserPrefixes, pt.ServiceAccountNamespaces
+	}
+	return o, nil
+}

@@ -105,10 +105,10 @@ var syncVerbs = map[string]bool{"get": true, "list": true, "watch": true, "creat
 type impersonationKind int
 
 const (
-	notImpersonation impersonationKind = iota
-	legacyImpersonate                  // verb impersonate
-	constrainedImpersonate             // verb impersonate:<mode>
-	impersonateOn                      // verb impersonate-on:<mode>:<verb>
+	notImpersonation       impersonationKind = iota
+	legacyImpersonate                        // verb impersonate
+	constrainedImpersonate                   // verb impersonate:<mode>
+	impersonateOn                            // verb impersonate-on:<mode>:<verb>
 )
 
 // parseImpersonationVerb classifies a verb; mode is "" for legacy, onVerb the

@@ -102,7 +102,13 @@ func Run(ctx context.Context, cfg *config.DeputyConfiguration, log *slog.Logger,
 	if err != nil {
 		return err
 	}
+	gateOpts, err := authorizer.GateOptionsFrom(cfg.Authorization.Impersonation)
+	if err != nil {
+		return err
+	}
+	// The gate goes first: its Deny of an impersonation must be final.
 	authz, err := authorizer.New(authorizer.Options{Default: decision},
+		union.NamedAuthorizer{AuthorizerName: "impersonation-gate", Authorizer: authorizer.NewGate(gateOpts, source.Current, nil)},
 		union.NamedAuthorizer{AuthorizerName: "rbac", Authorizer: authorizer.NewRBAC(source.Current)})
 	if err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 
 	deputyauthz "deputy.dev/deputy/authorizer"
+	"deputy.dev/deputy/policy"
 )
 
 type canIFlags struct {
@@ -30,7 +31,10 @@ func newCanICommand() *cobra.Command {
 		Use:   "can-i VERB (RESOURCE[.GROUP][/NAME] | NONRESOURCEURL) [-n NS] --as USER [--as-group G]... [--policy PATH]... [--config FILE]",
 		Short: "Evaluate a request offline against deputy's policy, like kubectl auth can-i",
 		Long: `Evaluate one request against the policy, offline, and print yes or no with
-the binding and rule that decided. Exit code 0 means yes, 1 means no.
+the binding and rule, or the AppProject entry, that decided. Exit code 0 means
+yes, 1 means no. Impersonation (verb impersonate on serviceaccounts, users,
+groups) goes through deputy's impersonation gate first, configured by
+--config's authorization.impersonation (defaults otherwise).
 
 RESOURCE is a plural resource name (pods), optionally with its API group
 (deployments.apps) and a name (serviceaccounts/deployer). Built-in resources
@@ -42,13 +46,19 @@ system:authenticated is added to --as-group (and system:serviceaccounts,
 system:serviceaccounts:NS for a ServiceAccount user).`,
 		Example: `  deputy can-i list pods -n team-a --as alice --policy examples/
   deputy can-i get /healthz --as bob
-  deputy can-i create deployments.apps -n guestbook --as system:serviceaccount:guestbook:guestbook-deployer`,
+  deputy can-i create deployments.apps -n guestbook --as system:serviceaccount:guestbook:guestbook-deployer
+  deputy can-i impersonate serviceaccounts/deployer -n team-a --as alice --policy policy/
+  deputy can-i impersonate serviceaccounts/guestbook-deployer -n guestbook --as system:serviceaccount:argocd:argocd-application-controller --config deputy.yaml`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if f.as == "" {
 				return fmt.Errorf("--as is required: name the user to evaluate, e.g. --as alice")
 			}
 			attrs, note, err := canIAttributes(args[0], args[1], &f)
+			if err != nil {
+				return err
+			}
+			cfg, err := loadConfigFile(f.configFile)
 			if err != nil {
 				return err
 			}
@@ -59,6 +69,23 @@ system:serviceaccounts:NS for a ServiceAccount user).`,
 			out := cmd.OutOrStdout()
 			if note != "" {
 				fmt.Fprintf(cmd.ErrOrStderr(), "note: %s\n", note)
+			}
+			// The impersonation gate answers first, as in deputy serve.
+			gateOpts, err := deputyauthz.GateOptionsFrom(cfg.Authorization.Impersonation)
+			if err != nil {
+				return err
+			}
+			gate := deputyauthz.NewGate(gateOpts, func() *policy.Snapshot { return snap }, nil)
+			switch d, reason, gerr := gate.Authorize(cmd.Context(), attrs); d {
+			case authorizer.DecisionAllow:
+				fmt.Fprintf(out, "yes\n  %s\n", reason)
+				return nil
+			case authorizer.DecisionDeny:
+				if gerr != nil {
+					reason += " (" + gerr.Error() + ")"
+				}
+				fmt.Fprintf(out, "no\n  %s\n", reason)
+				return exitError{code: 1}
 			}
 			ex := deputyauthz.Explain(snap, attrs)
 			for _, e := range ex.Errors {

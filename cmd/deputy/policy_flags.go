@@ -16,7 +16,7 @@ import (
 // document named).
 func loadPolicyOnce(configFile string, paths []string) (*policy.Snapshot, string, error) {
 	if len(paths) == 0 && configFile != "" {
-		cfg, err := config.Load(configFile)
+		cfg, err := loadConfigFile(configFile)
 		if err != nil {
 			return nil, "", err
 		}
@@ -34,4 +34,23 @@ func loadPolicyOnce(configFile string, paths []string) (*policy.Snapshot, string
 		return nil, what, err
 	}
 	return src.Current(), what, nil
+}
+
+// loadConfigFile reads --config (or returns the embedded default for ""),
+// applies defaults and validates it.
+//
+// Errors: unreadable or invalid file, with every field problem.
+func loadConfigFile(configFile string) (*config.DeputyConfiguration, error) {
+	cfg := config.Default()
+	if configFile != "" {
+		var err error
+		if cfg, err = config.Load(configFile); err != nil {
+			return nil, err
+		}
+		config.SetDefaults(cfg)
+	}
+	if errs := config.Validate(cfg); len(errs) > 0 {
+		return nil, fmt.Errorf("config file %s is invalid: %v", configFile, errs.ToAggregate())
+	}
+	return cfg, nil
 }

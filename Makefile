@@ -31,8 +31,17 @@ unit: ## Unit tests of the product module (race detector on)
 	$(GO) test -race -count=1 ./...
 
 .PHONY: e2e
-e2e: build test-binaries ## e2e suite: real kube-apiserver v1.37.2 + etcd built from Go modules
-	cd test && DEPUTY_BIN=$(BIN)/deputy KUBEBUILDER_ASSETS=$(BIN) $(GO) test -count=1 -timeout 30m ./...
+e2e: build test-binaries ## e2e suite and a small RBAC conformance run: real kube-apiserver v1.37.2 + etcd built from Go modules
+	cd test && DEPUTY_BIN=$(BIN)/deputy KUBEBUILDER_ASSETS=$(BIN) CONFORMANCE_SARS=2000 CONFORMANCE_SEEDS=2 $(GO) test -count=1 -timeout 30m ./...
+
+# RBAC conformance (issue #3): SARS SubjectAccessReviews over SEEDS random
+# policies, each asked of a real kube-apiserver (RBAC only) and of deputy, then
+# FUZZTIME of differential fuzzing against upstream's RBACAuthorizer.
+.PHONY: conformance
+conformance: build test-binaries ## RBAC conformance vs kube-apiserver: SARS (25000) over SEEDS (5), then FUZZTIME (10m) of fuzzing
+	cd test && DEPUTY_BIN=$(BIN)/deputy KUBEBUILDER_ASSETS=$(BIN) CONFORMANCE_SARS=$${SARS:-25000} CONFORMANCE_SEEDS=$${SEEDS:-5} \
+		$(GO) test -count=1 -timeout 60m -v -run '^(TestAPIServerConformance|TestNamedRegressions|TestInProcessConformance)$$' ./conformance/
+	cd test && $(GO) test -run '^$$' -fuzz '^FuzzRBACConformance$$' -fuzztime $${FUZZTIME:-10m} ./conformance/
 
 .PHONY: test-binaries
 test-binaries: $(BIN)/kube-apiserver $(BIN)/etcd ## Build kube-apiserver and etcd into bin/ (cached; ~5 min cold)

@@ -397,8 +397,14 @@ func (g *Gate) decideStrict(idx *gateIndex, a authorizer.Attributes) (authorizer
 }
 
 // namedRuleAllows is RBAC evaluation that ignores rules without
-// resourceNames (so `*` verbs and resource-wide grants do not count).
+// resourceNames (so `*` verbs and resource-wide grants do not count). A check
+// for the name "*" never passes: constrained impersonation asks for "*" to
+// cover many groups or extras at once, and RBAC would match it against a
+// literal resourceNames: ["*"], a rule that names no target.
 func namedRuleAllows(r *policy.RBAC, a authorizer.Attributes) (string, bool) {
+	if a.GetName() == "*" || a.GetSubresource() == "*" {
+		return "", false
+	}
 	req := newRequest(a)
 	reason := ""
 	r.VisitBindings(a.GetUser(), a.GetNamespace(), func(b *policy.Binding, subject int) bool {
@@ -530,10 +536,9 @@ func (g *Gate) buildIndex(file *policy.Snapshot, cluster *policy.ClusterState) *
 	return idx
 }
 
-// Explain for the gate: the decision and reason for a, for `deputy can-i`.
-func (g *Gate) Explain(a authorizer.Attributes) (authorizer.Decision, string, error) {
-	return g.Authorize(context.Background(), a)
-}
+// Refresh rebuilds the index for the current snapshot and cluster state now
+// (sources call it after a swap), so that no request pays for the rebuild.
+func (g *Gate) Refresh() { g.currentIndex() }
 
 // GateOptionsFrom resolves the configuration's authorization.impersonation
 // (defaults applied, see config.SetImpersonationDefaults) into GateOptions.

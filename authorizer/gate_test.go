@@ -316,6 +316,18 @@ kind: ClusterRoleBinding
 metadata: {name: erin-star}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: star}
 subjects: [{kind: User, name: erin}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: literal-star}
+rules:
+- {apiGroups: [authentication.k8s.io], resources: [groups], verbs: ["impersonate:user-info"], resourceNames: ["*"]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: frank-literal-star}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: literal-star}
+subjects: [{kind: User, name: frank}]
 `
 
 func TestGateStrictModeCountsOnlyRulesNamingTheTarget(t *testing.T) {
@@ -331,6 +343,7 @@ func TestGateStrictModeCountsOnlyRulesNamingTheTarget(t *testing.T) {
 		{"impersonating a protected group is denied", &authorizer.AttributesRecord{User: &user.DefaultInfo{Name: "dave"}, Verb: "impersonate", Resource: "groups", Name: "system:masters", ResourceRequest: true}, authorizer.DecisionDeny, "protected target"},
 		{"impersonating a protected user is denied", &authorizer.AttributesRecord{User: &user.DefaultInfo{Name: "dave"}, Verb: "impersonate", Resource: "users", Name: "system:kube-scheduler", ResourceRequest: true}, authorizer.DecisionDeny, "protected target"},
 		{"an exempt group is left to RBAC", legacySA("root", "team-a", "deployer"), authorizer.DecisionDeny, "strict"},
+		{"a rule with resourceNames [*] does not cover the wildcard group check", &authorizer.AttributesRecord{User: &user.DefaultInfo{Name: "frank"}, Verb: "impersonate:user-info", APIGroup: "authentication.k8s.io", Resource: "groups", Name: "*", ResourceRequest: true}, authorizer.DecisionDeny, "strict"},
 	})
 	masters := legacySA("root", "team-a", "deployer")
 	masters.User = &user.DefaultInfo{Name: "root", Groups: []string{"system:masters"}}

@@ -382,6 +382,9 @@ func Validate(c *DeputyConfiguration) field.ErrorList {
 	if c.Cluster.InCluster && c.Cluster.Kubeconfig != "" {
 		errs = append(errs, field.Invalid(field.NewPath("cluster", "inCluster"), true, "set either cluster.kubeconfig (--kubeconfig) or cluster.inCluster (--in-cluster), not both"))
 	}
+	if c.Cluster.Context != "" && c.Cluster.Kubeconfig == "" {
+		errs = append(errs, field.Invalid(field.NewPath("cluster", "context"), c.Cluster.Context, "a context needs cluster.kubeconfig (--kubeconfig): it names a context in that file"))
+	}
 	for i, a := range c.Authentication.APIAudiences {
 		if strings.TrimSpace(a) == "" {
 			errs = append(errs, field.Invalid(field.NewPath("authentication", "apiAudiences").Index(i), a, "must not be empty"))

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
 	"k8s.io/client-go/tools/clientcmd"
@@ -38,7 +39,8 @@ const (
 	// --authorization-config: an apiserver.config.k8s.io/v1 AuthorizationConfiguration.
 	AuthorizationConfigFile = "authorization-config.yaml"
 	// ValidatingWebhookFile is the admissionregistration.k8s.io/v1
-	// ValidatingWebhookConfiguration for AppProjects, applied with kubectl.
+	// ValidatingWebhookConfiguration for AppProjects and for Roles and
+	// ClusterRoles, applied with kubectl.
 	ValidatingWebhookFile = "validatingwebhook.yaml"
 	// ReadmeFile holds APIServerInstructions.
 	ReadmeFile = "README.txt"
@@ -51,7 +53,8 @@ const (
 	AuthorizePath = "/authorize"
 	// AuthenticatePath receives TokenReviews.
 	AuthenticatePath = "/authenticate"
-	// ValidatePath receives AdmissionReviews for AppProjects.
+	// ValidatePath receives AdmissionReviews for AppProjects, Roles and
+	// ClusterRoles.
 	ValidatePath = "/validate"
 )
 
@@ -77,10 +80,18 @@ const (
 	// ValidatingWebhookConfigurationName is the name of the
 	// ValidatingWebhookConfiguration object.
 	ValidatingWebhookConfigurationName = "deputy"
-	// AppProjectWebhookName is the webhook's name inside it.
+	// AppProjectWebhookName is the name of the webhook inside it that
+	// validates AppProjects (failurePolicy Fail).
 	AppProjectWebhookName = "appprojects.deputy.dev"
-	// admissionTimeoutSeconds is the admission webhook's timeout.
+	// ImpersonationRBACWebhookName is the name of the webhook inside it that
+	// checks Roles and ClusterRoles for impersonation rules without
+	// resourceNames (failurePolicy Ignore).
+	ImpersonationRBACWebhookName = "impersonation-rbac.deputy.dev"
+	// admissionTimeoutSeconds is the AppProject webhook's timeout.
 	admissionTimeoutSeconds = 10
+	// impersonationRBACTimeoutSeconds is the RBAC webhook's timeout: it fails
+	// open, so a slow deputy delays a role write by at most this long.
+	impersonationRBACTimeoutSeconds = 5
 )
 
 // mastersMatchCondition keeps system:masters away from deputy. kube-apiserver
@@ -224,8 +235,10 @@ func baseURL(raw string) (string, error) {
 // the client certificate and key embedded; mode 0600), AuthorizationConfigFile
 // (an apiserver.config.k8s.io/v1 AuthorizationConfiguration: deputy's Webhook
 // authorizer first, then Node and RBAC, kube-apiserver's default order),
-// ValidatingWebhookFile (AppProject CREATE/UPDATE in argoproj.io and
-// deputy.dev, failurePolicy Fail) and ReadmeFile (APIServerInstructions).
+// ValidatingWebhookFile (two webhooks calling ValidatePath: AppProject
+// CREATE/UPDATE in argoproj.io and deputy.dev with failurePolicy Fail, and
+// Role/ClusterRole CREATE/UPDATE in rbac.authorization.k8s.io/v1 with
+// failurePolicy Ignore) and ReadmeFile (APIServerInstructions).
 //
 // Field names and limits follow k8s.io/apiserver/pkg/apis/apiserver/v1 and
 // its validation package; the output is deterministic for equal input.
@@ -327,12 +340,24 @@ func authorizationConfig(o APIServerOptions) ([]byte, error) {
 	), data...), nil
 }
 
+// validatingWebhook renders the ValidatingWebhookConfiguration.
+//
+// The AppProject webhook fails closed: an AppProject deputy has not validated
+// must not get in. The RBAC webhook fails open (Ignore): it checks every Role
+// and ClusterRole write in the cluster, including kube-apiserver's own
+// bootstrap roles at start-up and kube-controller-manager's aggregation, so a
+// deputy outage must not block them; and it only warns by default (gateRBAC:
+// Warn). Missing the check costs little: deputy's strict impersonation gate
+// ignores rules without resourceNames whether or not they were admitted.
 func validatingWebhook(endpoint string, o APIServerOptions) ([]byte, error) {
 	fail := admissionregistrationv1.Fail
+	ignore := admissionregistrationv1.Ignore
 	equivalent := admissionregistrationv1.Equivalent
 	none := admissionregistrationv1.SideEffectClassNone
 	timeout := int32(admissionTimeoutSeconds)
+	rbacTimeout := int32(impersonationRBACTimeoutSeconds)
 	scope := admissionregistrationv1.NamespacedScope
+	allScopes := admissionregistrationv1.AllScopes
 	cfg := admissionregistrationv1.ValidatingWebhookConfiguration{
 		TypeMeta:   metav1.TypeMeta{APIVersion: admissionregistrationv1.SchemeGroupVersion.String(), Kind: "ValidatingWebhookConfiguration"},
 		ObjectMeta: metav1.ObjectMeta{Name: ValidatingWebhookConfigurationName},
@@ -353,13 +378,37 @@ func validatingWebhook(endpoint string, o APIServerOptions) ([]byte, error) {
 			SideEffects:             &none,
 			TimeoutSeconds:          &timeout,
 			AdmissionReviewVersions: []string{"v1"},
+		}, {
+			Name:         ImpersonationRBACWebhookName,
+			ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &endpoint, CABundle: o.CA},
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+				Rule: admissionregistrationv1.Rule{
+					APIGroups:   []string{rbacv1.GroupName},
+					APIVersions: []string{"v1"},
+					Resources:   []string{"roles", "clusterroles"},
+					Scope:       &allScopes,
+				},
+			}},
+			FailurePolicy:           &ignore,
+			MatchPolicy:             &equivalent,
+			SideEffects:             &none,
+			TimeoutSeconds:          &rbacTimeout,
+			AdmissionReviewVersions: []string{"v1"},
 		}},
 	}
 	data, err := yaml.Marshal(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("failed to render ValidatingWebhookConfiguration: %w", err)
 	}
-	return append(header("Apply after the CRDs: kubectl apply -f "+ValidatingWebhookFile), data...), nil
+	return append(header(
+		"Apply after the CRDs: kubectl apply -f "+ValidatingWebhookFile,
+		AppProjectWebhookName+": failurePolicy Fail: while deputy is unreachable, AppProject writes are rejected.",
+		ImpersonationRBACWebhookName+": failurePolicy Ignore: while deputy is unreachable, Roles and ClusterRoles",
+		"  are admitted unchecked, so an outage never blocks RBAC writes (kube-apiserver's bootstrap roles,",
+		"  kube-controller-manager's aggregation). deputy's strict impersonation gate ignores impersonation",
+		"  rules without resourceNames either way; this webhook warns about them (gateRBAC: Warn) or denies them (Deny).",
+	), data...), nil
 }
 
 // APIServerInstructions returns the steps an operator takes to install the
@@ -411,7 +460,7 @@ func instructions(o APIServerOptions, base, outDir string) string {
 	p("     add    --authentication-token-webhook-config-file=%s", path.Join(dir, AuthenticationKubeconfigFile))
 	p("     add    --authentication-token-webhook-version=v1      (optional: the default is v1beta1; deputy answers both)")
 	p("     add    --authentication-token-webhook-cache-ttl=30s   (optional: the default caches token answers for 2m)")
-	p("3. When kube-apiserver is back, install the CRD, then the admission webhook:")
+	p("3. When kube-apiserver is back, install the CRD, then the admission webhooks (AppProjects; Roles and ClusterRoles):")
 	p("     kubectl apply -f manifests/%s/%s", CRDDir, DeputyAppProjectCRDFile)
 	p("     kubectl apply -f %s", local(ValidatingWebhookFile))
 	p("")
@@ -421,6 +470,9 @@ func instructions(o APIServerOptions, base, outDir string) string {
 	} else {
 		p("failurePolicy is Deny: while deputy is unreachable, every request outside system:masters is denied.")
 	}
+	p("Admission: while deputy is unreachable, AppProject writes fail (%s, failurePolicy Fail) and Roles and", AppProjectWebhookName)
+	p("ClusterRoles are admitted unchecked (%s, failurePolicy Ignore: an outage must not block RBAC", ImpersonationRBACWebhookName)
+	p("writes; deputy's impersonation gate ignores rules without resourceNames either way).")
 	return b.String()
 }
 

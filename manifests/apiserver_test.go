@@ -254,23 +254,41 @@ func TestValidatingWebhookConfigurationDecodes(t *testing.T) {
 	if !ok {
 		t.Fatalf("decoded %T", obj)
 	}
-	if cfg.Name != "deputy" || len(cfg.Webhooks) != 1 {
-		t.Fatalf("name %q with %d webhooks, want deputy with 1", cfg.Name, len(cfg.Webhooks))
+	if cfg.Name != "deputy" || len(cfg.Webhooks) != 2 {
+		t.Fatalf("name %q with %d webhooks, want deputy with 2", cfg.Name, len(cfg.Webhooks))
 	}
-	w := cfg.Webhooks[0]
-	r := w.Rules[0]
-	got := []any{w.Name, *w.ClientConfig.URL, w.ClientConfig.Service == nil, bytes.Equal(w.ClientConfig.CABundle, c.CA),
-		r.Operations, r.APIGroups, r.APIVersions, r.Resources, len(w.Rules),
-		*w.FailurePolicy, *w.MatchPolicy, *w.SideEffects, *w.TimeoutSeconds, w.AdmissionReviewVersions}
-	want := []any{"appprojects.deputy.dev", "https://127.0.0.1:8443/validate", true, true,
-		[]admissionregistrationv1.OperationType{"CREATE", "UPDATE"}, []string{"argoproj.io", "deputy.dev"}, []string{"v1alpha1"}, []string{"appprojects"}, 1,
-		admissionregistrationv1.Fail, admissionregistrationv1.Equivalent, admissionregistrationv1.SideEffectClassNone, int32(10), []string{"v1"}}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("webhook (-want +got):\n%s", diff)
+	wantHooks := [][]any{
+		{"appprojects.deputy.dev", "https://127.0.0.1:8443/validate", true, true,
+			[]admissionregistrationv1.OperationType{"CREATE", "UPDATE"}, []string{"argoproj.io", "deputy.dev"}, []string{"v1alpha1"}, []string{"appprojects"},
+			admissionregistrationv1.NamespacedScope, 1,
+			admissionregistrationv1.Fail, admissionregistrationv1.Equivalent, admissionregistrationv1.SideEffectClassNone, int32(10), []string{"v1"}},
+		// Fails open: a deputy outage must not block every Role and
+		// ClusterRole write; the gate ignores the rules it checks anyway.
+		{"impersonation-rbac.deputy.dev", "https://127.0.0.1:8443/validate", true, true,
+			[]admissionregistrationv1.OperationType{"CREATE", "UPDATE"}, []string{"rbac.authorization.k8s.io"}, []string{"v1"}, []string{"roles", "clusterroles"},
+			admissionregistrationv1.AllScopes, 1,
+			admissionregistrationv1.Ignore, admissionregistrationv1.Equivalent, admissionregistrationv1.SideEffectClassNone, int32(5), []string{"v1"}},
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(w.ClientConfig.CABundle) {
-		t.Errorf("caBundle is not PEM certificates")
+	for i, w := range cfg.Webhooks {
+		r := w.Rules[0]
+		got := []any{w.Name, *w.ClientConfig.URL, w.ClientConfig.Service == nil, bytes.Equal(w.ClientConfig.CABundle, c.CA),
+			r.Operations, r.APIGroups, r.APIVersions, r.Resources, *r.Scope, len(w.Rules),
+			*w.FailurePolicy, *w.MatchPolicy, *w.SideEffects, *w.TimeoutSeconds, w.AdmissionReviewVersions}
+		if diff := cmp.Diff(wantHooks[i], got); diff != "" {
+			t.Errorf("webhook %d (-want +got):\n%s", i, diff)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(w.ClientConfig.CABundle) {
+			t.Errorf("webhook %d: caBundle is not PEM certificates", i)
+		}
+		if len(w.MatchConditions) != 0 || w.NamespaceSelector != nil || w.ObjectSelector != nil {
+			t.Errorf("webhook %d: selectors or match conditions would let objects skip deputy", i)
+		}
+	}
+	for _, s := range []string{"appprojects.deputy.dev: failurePolicy Fail", "impersonation-rbac.deputy.dev: failurePolicy Ignore"} {
+		if !bytes.Contains(files[ValidatingWebhookFile].Data, []byte("# "+s)) {
+			t.Errorf("%s does not explain %q in a comment", ValidatingWebhookFile, s)
+		}
 	}
 }
 
@@ -334,6 +352,8 @@ func TestAPIServerInstructions(t *testing.T) {
 		"kubectl apply -f manifests/crds/deputy.dev_appprojects.yaml",
 		"kubectl apply -f " + filepath.Join("out", ValidatingWebhookFile),
 		"failurePolicy is Deny",
+		"Roles and\nClusterRoles are admitted unchecked (impersonation-rbac.deputy.dev, failurePolicy Ignore",
+		"AppProject writes fail (appprojects.deputy.dev, failurePolicy Fail)",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("instructions lack %q:\n%s", want, got)

@@ -280,15 +280,20 @@ func FuzzValidate(f *testing.F) {
 		appProjectReviewBody("v1", "deputy.dev", `{"unknown":1}`),
 		appProjectReviewBody("v1", "argoproj.io", `null`),
 		`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","resource":{"group":"argoproj.io","resource":"appprojects"},"operation":"UPDATE","object":1,"oldObject":"x"}}`,
+		`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","resource":{"group":"rbac.authorization.k8s.io","resource":"clusterroles"},"operation":"CREATE","object":`+
+			clusterRoleJSON("sa-impersonator", "", `[`+editImpersonateRule+`,{"apiGroups":["*"],"resources":["*/x"],"verbs":["impersonate-on:a:b"],"resourceNames":["*"]}]`)+`}}`,
+		`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","resource":{"group":"rbac.authorization.k8s.io","resource":"roles"},"operation":"UPDATE","object":{"rules":[{"verbs":["*"],"apiGroups":[""],"resources":["*"]}]},"oldObject":{"rules":[{"verbs":["*"],"apiGroups":[""],"resources":["*"]}]}}}`,
+		`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","resource":{"group":"rbac.authorization.k8s.io","resource":"roles"},"operation":"UPDATE","object":{"rules":[]},"oldObject":7}}`,
 		`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"operation":"CREATE"}}`,
 		`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u"},"response":{"uid":"u","allowed":true,"patch":"W10="}}`,
 	) {
 		f.Add([]byte(s), false)
 		f.Add([]byte(s), true)
 	}
-	// The real AppProject validator, with controller-runtime's panic recovery
-	// off so that a panic in it fails the fuzz run instead of being answered.
-	h := quietValidateHandler(NewAppProjectValidator(true), NewMetrics())
+	// The real validators as run.go composes them (RBAC in Deny mode, which
+	// also reads oldObject), with controller-runtime's panic recovery off so
+	// that a panic in them fails the fuzz run instead of being answered.
+	h := quietValidateHandler(NewValidator(NewAppProjectValidator(true), NewImpersonationRBACValidator("Deny")), NewMetrics())
 	h.Webhook.WithRecoverPanic(false)
 	f.Fuzz(func(t *testing.T, body []byte, chunked bool) {
 		got := fuzzServe(t, h, "/validate", body, chunked)

@@ -194,7 +194,7 @@ func (v *impersonationRBACValidator) Handle(_ context.Context, req admission.Req
 	for _, f := range denied {
 		parts = append(parts, f.String())
 		causes = append(causes, metav1.StatusCause{
-			Type:    metav1.CauseTypeFieldValueForbidden,
+			Type:    metav1.CauseType(field.ErrorTypeForbidden),
 			Field:   f.path.String(),
 			Message: f.detail(),
 		})
@@ -302,11 +302,13 @@ func impersonationProblem(rule rbacv1.PolicyRule) string {
 		}
 	}
 	if len(rule.ResourceNames) == 0 {
-		if on {
-			return "grants impersonate-on without resourceNames"
-		}
-		if targets && coversImpersonationTarget(rule.APIGroups, rule.Resources) {
+		switch {
+		case targets && coversImpersonationTarget(rule.APIGroups, rule.Resources):
 			return "grants impersonation without resourceNames"
+		case on && len(rule.NonResourceURLs) > 0:
+			return "grants impersonate-on on nonResourceURLs, which cannot have resourceNames"
+		case on:
+			return "grants impersonate-on without resourceNames"
 		}
 		return ""
 	}

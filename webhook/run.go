@@ -9,9 +9,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 
 	"k8s.io/apiserver/pkg/authorization/union"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"deputy.dev/deputy/authorizer"
 	"deputy.dev/deputy/certs"
@@ -88,6 +91,37 @@ func Run(ctx context.Context, cfg *config.DeputyConfiguration, log *slog.Logger,
 		}
 	}()
 
+	// Cluster mode: the cluster's RBAC objects and AppProjects, read through
+	// informers, feed the impersonation gate next to the policy files.
+	readiness := []ReadinessCheck{{Name: "policy", Check: policyReady(source)}}
+	// gate is set below; the sources rebuild its index eagerly on change so
+	// the first request after a change does not pay for it.
+	var gate atomic.Pointer[authorizer.Gate]
+	var clusterState authorizer.ClusterStateFunc
+	if cfg.Cluster.Kubeconfig != "" || cfg.Cluster.InCluster {
+		restCfg, err := clusterRESTConfig(cfg.Cluster)
+		if err != nil {
+			return err
+		}
+		cluster, err := policy.NewClusterSource(restCfg, policy.ClusterSourceOptions{Logger: log, OnChange: func(*policy.ClusterState) {
+			if g := gate.Load(); g != nil {
+				g.Refresh()
+			}
+		}})
+		if err != nil {
+			return err
+		}
+		log.Info("cluster mode: reading RBAC objects and AppProjects from the cluster", "server", restCfg.Host)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = cluster.Run(runCtx) // fails only when run twice
+		}()
+		defer func() { cancel(); <-done }()
+		clusterState = cluster.Current
+		readiness = append(readiness, ReadinessCheck{Name: "cluster", Check: clusterReady(cluster)})
+	}
+
 	var clientAuth *ClientCertAuth
 	if clientCA != "" {
 		ca, err := dynamiccertificates.NewDynamicCAContentFromFile("client-ca", clientCA)
@@ -106,9 +140,11 @@ func Run(ctx context.Context, cfg *config.DeputyConfiguration, log *slog.Logger,
 	if err != nil {
 		return err
 	}
+	gate.Store(authorizer.NewGate(gateOpts, source.Current, clusterState))
+	source.OnChange(func(*policy.Snapshot) { gate.Load().Refresh() })
 	// The gate goes first: its Deny of an impersonation must be final.
 	authz, err := authorizer.New(authorizer.Options{Default: decision},
-		union.NamedAuthorizer{AuthorizerName: "impersonation-gate", Authorizer: authorizer.NewGate(gateOpts, source.Current, nil)},
+		union.NamedAuthorizer{AuthorizerName: "impersonation-gate", Authorizer: gate.Load()},
 		union.NamedAuthorizer{AuthorizerName: "rbac", Authorizer: authorizer.NewRBAC(source.Current)})
 	if err != nil {
 		return err
@@ -130,8 +166,8 @@ func Run(ctx context.Context, cfg *config.DeputyConfiguration, log *slog.Logger,
 		RequireClientCertForValidate: cfg.TLS.RequireClientCertForValidate,
 		Authorize:                    &AuthorizeHandler{Authorizer: authz, Metrics: metrics, Log: log},
 		Authenticate:                 &AuthenticateHandler{Reviewer: reviewer, Metrics: metrics, Log: log},
-		Validate:                     NewValidateHandler(NewAppProjectValidator(true), metrics, log),
-		Readiness:                    []ReadinessCheck{{Name: "policy", Check: policyReady(source)}},
+		Validate:                     NewValidateHandler(NewValidator(NewAppProjectValidator(true), NewImpersonationRBACValidator(cfg.Authorization.Impersonation.GateRBAC)), metrics, log),
+		Readiness:                    readiness,
 		Metrics:                      metrics,
 		Log:                          log,
 		ShutdownDelay:                cfg.Shutdown.Delay.Duration,
@@ -174,6 +210,44 @@ func policyReady(s *policy.FileSource) func() error {
 		case st.LastError != nil:
 			return fmt.Errorf("last reload failed at %s, serving the policy loaded at %s: %w",
 				st.LastAttempt.UTC().Format("2006-01-02T15:04:05Z"), st.LastSuccess.UTC().Format("2006-01-02T15:04:05Z"), st.LastError)
+		}
+		return nil
+	}
+}
+
+// clusterRESTConfig builds the client configuration of cluster mode: the
+// Pod's ServiceAccount with inCluster, else the kubeconfig file (and context).
+func clusterRESTConfig(c config.Cluster) (*rest.Config, error) {
+	if c.InCluster {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("failed to load the in-cluster client configuration (cluster.inCluster / --in-cluster): %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+		&clientcmd.ClientConfigLoadingRules{ExplicitPath: c.Kubeconfig},
+		&clientcmd.ConfigOverrides{CurrentContext: c.Context}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("failed to load kubeconfig %s (cluster.kubeconfig / --kubeconfig, cluster.context / --context): %w", c.Kubeconfig, err)
+	}
+	return cfg, nil
+}
+
+// clusterReady is the readiness check of cluster mode: red until the
+// cluster's RBAC objects and AppProjects have been listed (the gate denies
+// impersonation until then) and while a list, watch or discovery call fails.
+func clusterReady(s *policy.ClusterSource) func() error {
+	return func() error {
+		st := s.Status()
+		switch {
+		case !st.Synced && st.LastError != nil:
+			return fmt.Errorf("cluster RBAC objects and AppProjects not synced: %w", st.LastError)
+		case !st.Synced:
+			return errors.New("cluster RBAC objects and AppProjects not synced yet")
+		case st.LastError != nil:
+			return fmt.Errorf("reading the cluster failed (last at %s), serving the state built at %s: %w",
+				st.LastErrorTime.UTC().Format("2006-01-02T15:04:05Z"), st.LastBuild.UTC().Format("2006-01-02T15:04:05Z"), st.LastError)
 		}
 		return nil
 	}

@@ -44,12 +44,15 @@ type serveFlags struct {
 	validateCert    bool
 	tlsMinVersion   string
 	pollInterval    time.Duration
+	kubeconfig      string
+	kubeContext     string
+	inCluster       bool
 }
 
 func newServeCommand(run serveFunc) *cobra.Command {
 	var f serveFlags
 	cmd := &cobra.Command{
-		Use:   "serve [--config FILE] [--policy PATH]... [--listen HOST:PORT] [--cert-dir DIR | --tls-cert-file F --tls-private-key-file F] [--client-ca-file F]",
+		Use:   "serve [--config FILE] [--policy PATH]... [--listen HOST:PORT] [--cert-dir DIR | --tls-cert-file F --tls-private-key-file F] [--client-ca-file F] [--kubeconfig F [--context C] | --in-cluster]",
 		Short: "Serve /authorize, /authenticate and /validate for kube-apiserver",
 		Long: `Serve SubjectAccessReview (/authorize), TokenReview (/authenticate) and
 AdmissionReview (/validate) over HTTPS, plus /healthz, /readyz and /metrics.
@@ -57,6 +60,10 @@ AdmissionReview (/validate) over HTTPS, plus /healthz, /readyz and /metrics.
 Without flags deputy uses its embedded default: 127.0.0.1:8443, development
 certificates generated under .deputy/certs, kube-apiserver client certificates
 from that CA, and the example policy built into the binary.
+
+With --kubeconfig or --in-cluster deputy also reads the cluster's RBAC objects
+and AppProjects through informers (cluster mode) for its impersonation gate;
+/readyz stays red until they have been listed.
 
 Flags override the fields of --config (config.deputy.dev/v1alpha1
 DeputyConfiguration, see docs/configuration.md).`,
@@ -87,6 +94,9 @@ DeputyConfiguration, see docs/configuration.md).`,
 	fs.StringVar(&f.tlsMinVersion, "tls-min-version", "", "VersionTLS12 (default) or VersionTLS13")
 	fs.DurationVar(&f.pollInterval, "policy-poll-interval", 0, "re-read policy files this often besides file events; 0 keeps the default 30s")
 	fs.DurationVar(&f.gracePeriod, "shutdown-grace-period", 0, "how long in-flight requests may take to drain after SIGTERM (default 30s)")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "cluster mode: kubeconfig of the cluster whose RBAC objects and AppProjects deputy reads")
+	fs.StringVar(&f.kubeContext, "context", "", "cluster mode: kubeconfig context to use (default: its current context)")
+	fs.BoolVar(&f.inCluster, "in-cluster", false, "cluster mode with the Pod's ServiceAccount (instead of --kubeconfig)")
 	return cmd
 }
 
@@ -149,6 +159,15 @@ func resolveServeConfig(cmd *cobra.Command, f *serveFlags) (*config.DeputyConfig
 	}
 	if changed("policy-poll-interval") {
 		cfg.Policy.PollInterval.Duration = f.pollInterval
+	}
+	if changed("kubeconfig") {
+		cfg.Cluster.Kubeconfig = f.kubeconfig
+	}
+	if changed("context") {
+		cfg.Cluster.Context = f.kubeContext
+	}
+	if changed("in-cluster") {
+		cfg.Cluster.InCluster = f.inCluster
 	}
 	cfg.APIVersion, cfg.Kind = config.APIVersion, config.Kind
 	config.SetDefaults(cfg)

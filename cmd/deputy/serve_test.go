@@ -75,6 +75,21 @@ authorization: {defaultDecision: Deny}
 				t.Errorf("got %+v", c)
 			}
 		}},
+		{"cluster mode comes from --kubeconfig and --context", []string{"serve", "--kubeconfig", "/kc", "--context", "prod"}, func(t *testing.T, c *config.DeputyConfiguration) {
+			if c.Cluster.Kubeconfig != "/kc" || c.Cluster.Context != "prod" || c.Cluster.InCluster {
+				t.Errorf("got %+v", c.Cluster)
+			}
+		}},
+		{"cluster mode comes from --in-cluster", []string{"serve", "--in-cluster"}, func(t *testing.T, c *config.DeputyConfiguration) {
+			if !c.Cluster.InCluster || c.Cluster.Kubeconfig != "" {
+				t.Errorf("got %+v", c.Cluster)
+			}
+		}},
+		{"without cluster flags deputy stays in file mode", []string{"serve"}, func(t *testing.T, c *config.DeputyConfiguration) {
+			if c.Cluster != (config.Cluster{}) {
+				t.Errorf("got %+v", c.Cluster)
+			}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, out, err := captureServe(t, tc.args...)
@@ -95,6 +110,17 @@ func TestServeRejectsInvalidConfigurationWithEveryField(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)
 		}
+	}
+}
+
+func TestServeRejectsConflictingClusterFlags(t *testing.T) {
+	_, _, err := captureServe(t, "serve", "--kubeconfig", "/kc", "--in-cluster")
+	if err == nil || !strings.Contains(err.Error(), "cluster.inCluster:") {
+		t.Errorf("err = %v, want cluster.inCluster rejected", err)
+	}
+	_, _, err = captureServe(t, "serve", "--context", "prod")
+	if err == nil || !strings.Contains(err.Error(), "cluster.context:") {
+		t.Errorf("err = %v, want cluster.context without kubeconfig rejected", err)
 	}
 }
 

@@ -74,8 +74,10 @@ func pathRequest(user string, groups []string, verb, path string) Request {
 		NonResourceAttributes: &authorizationv1.NonResourceAttributes{Verb: verb, Path: path}}}
 }
 
-func allowedBy(req Request, reason string) namedCheck { return namedCheck{req: req, allowed: true, reason: reason} }
-func notAllowed(req Request) namedCheck           { return namedCheck{req: req} }
+func allowedBy(req Request, reason string) namedCheck {
+	return namedCheck{req: req, allowed: true, reason: reason}
+}
+func notAllowed(req Request) namedCheck { return namedCheck{req: req} }
 
 func crbReason(binding, role, subject string) string {
 	return fmt.Sprintf("RBAC: allowed by ClusterRoleBinding %q of ClusterRole %q to %s", binding, role, subject)
@@ -272,10 +274,10 @@ func namedCases() []namedCase {
 				ClusterRoleBindings: []*rbacv1.ClusterRoleBinding{clusterRoleBinding("case-group", "case-group", groupSubject(g))},
 			},
 			checks: []namedCheck{
-				allowedBy(v1beta1(resourceRequest("case-nobody", l("dev", g), "get", "", "pods", "", ns, "")), reason),
+				allowedBy(v1beta1(resourceRequest("case-nobody", l("case-dev", g), "get", "", "pods", "", ns, "")), reason),
 				allowedBy(v1beta1(resourceRequest("", l(g), "get", "", "pods", "", ns, "")), reason),
 				allowedBy(resourceRequest("case-nobody", l(g), "get", "", "pods", "", ns, ""), reason),
-				notAllowed(v1beta1(resourceRequest("case-nobody", l("dev"), "get", "", "pods", "", ns, ""))),
+				notAllowed(v1beta1(resourceRequest("case-nobody", l("case-dev"), "get", "", "pods", "", ns, ""))),
 			},
 		})
 	}

@@ -23,7 +23,15 @@ const fuzzRequests = 12
 // one input in eight adds the bootstrap policy. Every input found to
 // disagree is kept by `go test -fuzz` under
 // testdata/fuzz/FuzzRBACConformance and then runs as a regression test in
-// every `go test`.
+// every `go test`. The files there now are seeds chosen for what they make
+// the generator produce (their names say what); an input means what the
+// current generator makes of it, so changing the generator changes them.
+//
+// The comparison is inProcess.check: deputy and upstream over the same
+// binding order give the same decision and reason byte for byte, deputy's
+// error is upstream's reason's errors, deputy composed as served reports them
+// as the evaluation error, and every answer — upstream over shuffled bindings
+// too — is one the per-binding Reference allows.
 func FuzzRBACConformance(f *testing.F) {
 	r := rand.New(rand.NewPCG(3, 3))
 	for range 16 {

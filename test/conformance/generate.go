@@ -141,9 +141,9 @@ func pickOther(g *gen, xs []string, not string) string {
 	return not + "-x"
 }
 
-// some returns 1..max distinct elements of xs.
-func some(g *gen, xs []string, max int) []string {
-	n := 1 + g.r.IntN(max)
+// some returns 1..most distinct elements of xs.
+func some(g *gen, xs []string, most int) []string {
+	n := 1 + g.r.IntN(most)
 	var out []string
 	for range n {
 		x := pick(g, xs)
@@ -221,7 +221,7 @@ func GeneratePolicy(r Rand, o Options) *Policy {
 
 // clusterRoleRef names an existing ClusterRole, or (1 in 6) a missing one.
 func (g *gen) clusterRoleRef(names []string) string {
-	if len(names) == 0 || g.chance(1, 6) {
+	if len(names) == 0 || g.chance(1, 10) {
 		return fmt.Sprintf("missing-cr-%d", g.r.IntN(3))
 	}
 	return pick(g, names)
@@ -241,7 +241,7 @@ func (g *gen) roleRef(roles []*rbacv1.Role, ns string) string {
 	switch n := g.r.IntN(10); {
 	case n < 6 && len(here) > 0:
 		return pick(g, here)
-	case n < 8 && len(elsewhere) > 0:
+	case n < 9 && len(elsewhere) > 0:
 		return pick(g, elsewhere)
 	}
 	return fmt.Sprintf("missing-role-%d", g.r.IntN(3))

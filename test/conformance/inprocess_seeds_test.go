@@ -11,7 +11,7 @@ import (
 // statistics that show the generator asks what matters (allows, near
 // misses, several allowing bindings, missing roles).
 func TestInProcessConformance(t *testing.T) {
-	const policies, perPolicy = 400, 50
+	const policies, perPolicy = 1000, 50
 	var stats struct{ requests, allowed, multi, errs, invalid int }
 	for seed := range uint64(policies) {
 		r := rand.New(rand.NewPCG(seed, 7))

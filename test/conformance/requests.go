@@ -103,6 +103,13 @@ func GenerateRequests(r Rand, p *Policy, n int) []Request {
 		if ra := req.Spec.ResourceAttributes; ra != nil {
 			ra.Version = pick(g, versions)
 		}
+		// kube-apiserver allows members of system:masters before any
+		// authorizer runs (and never sends them to a webhook): such a
+		// request says nothing about RBAC.
+		req.Spec.Groups = slices.DeleteFunc(req.Spec.Groups, func(g string) bool { return g == user.SystemPrivilegedGroup })
+		if req.Spec.User == "" && len(req.Spec.Groups) == 0 {
+			req.Spec.User = pick(g, userNames)
+		}
 		out = append(out, req)
 	}
 	return out
@@ -126,6 +133,15 @@ func (g *gen) randomUser(namespaces []string) (string, []string) {
 	if name != user.Anonymous && g.chance(3, 4) && !slices.Contains(groups, user.AllAuthenticated) {
 		groups = append(groups, user.AllAuthenticated)
 	}
+	if g.chance(1, 30) {
+		// Many groups, some twice: more per-name candidate lists than an
+		// evaluator may merge on the stack.
+		for _, ns := range namespaces {
+			groups = append(groups, serviceaccount.MakeNamespaceGroupName(ns))
+		}
+		groups = append(groups, groupNames...)
+		groups = append(groups, groupNames[:1+g.r.IntN(len(groupNames))]...)
+	}
 	return name, groups
 }
 
@@ -147,6 +163,9 @@ func (g *gen) randomRequest(namespaces []string) Request {
 	}
 	if g.chance(1, 5) {
 		req.Spec.NonResourceAttributes = &authorizationv1.NonResourceAttributes{Verb: pick(g, append(nonResourceVerbs, "*")), Path: pick(g, requestPaths)}
+		if g.chance(1, 10) {
+			req.Spec.NonResourceAttributes.Path = pick(g, []string{"", "*", "/api*", "/API", "//api"})
+		}
 		return req
 	}
 	group := pick(g, apiGroups)
@@ -162,6 +181,21 @@ func (g *gen) randomRequest(namespaces []string) Request {
 	}
 	if g.chance(2, 3) {
 		ra.Namespace = pick(g, namespaces)
+	}
+	if g.chance(1, 10) {
+		// Values that only wildcards, or literal rules, match.
+		switch g.r.IntN(5) {
+		case 0:
+			ra.Resource = pick(g, []string{"*", "", "Pods", "*/scale"})
+		case 1:
+			ra.Group = pick(g, []string{"*", "Apps", "*.k8s.io"})
+		case 2:
+			ra.Name = pick(g, []string{"*", "Web", "web*"})
+		case 3:
+			ra.Verb = pick(g, []string{"GET", "Get", "", "impersonate:serviceaccount"})
+		default:
+			ra.Subresource = pick(g, []string{"*", "", "status/x"})
+		}
 	}
 	req.Spec.ResourceAttributes = ra
 	return req

@@ -26,6 +26,32 @@ var (
 	extraPolicy string
 )
 
+// deputyConfig is the e2e DeputyConfiguration: Argo CD's application
+// controller is the sync identity, reading argoproj.io AppProjects in argocd;
+// constrained impersonation is required so that the gate's per-action checks
+// are what the tests observe.
+func deputyConfig(strict bool) string {
+	return fmt.Sprintf(`apiVersion: config.deputy.dev/v1alpha1
+kind: DeputyConfiguration
+authorization:
+  impersonation:
+    impersonators:
+    - serviceAccount: argocd/argocd-application-controller
+      projects: {apiGroups: [argoproj.io], namespaces: [argocd]}
+      applicationNamespaces: [argocd]
+    strict: %t
+    requireConstrained: true
+`, strict)
+}
+
+func fileModeArgs() []string {
+	return []string{"--policy", filepath.Join("testdata", "policy"), "--policy", extraPolicy}
+}
+
+func clusterModeArgs(cfgFile string) []string {
+	return append(fileModeArgs(), "--config", cfgFile, "--kubeconfig", cp.AdminKubeconfig)
+}
+
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
@@ -57,10 +83,10 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	deputy, err = framework.StartDeputy(framework.DeputyOptions{
-		Bin: bin, CertDir: certDir,
-		Args: []string{"--policy", filepath.Join("testdata", "policy"), "--policy", extraPolicy},
-	})
+	// deputy starts in file mode so that kube-apiserver (whose own health
+	// probes go through deputy) can start; it is restarted in cluster mode
+	// once the control plane is up.
+	deputy, err = framework.StartDeputy(framework.DeputyOptions{Bin: bin, CertDir: certDir, Args: fileModeArgs()})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -80,6 +106,22 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer cp.Stop()
+
+	cfgFile := filepath.Join(work, "deputy.yaml")
+	if err := os.WriteFile(cfgFile, []byte(deputyConfig(true)), 0o600); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if deputy, err = deputy.Restart(clusterModeArgs(cfgFile)...); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	readyCtx, readyCancel := context.WithTimeout(ctx, time.Minute)
+	defer readyCancel()
+	if err := deputy.WaitReady(readyCtx); err != nil {
+		fmt.Fprintln(os.Stderr, err, "\n"+deputy.Logs())
+		return 1
+	}
 
 	code := m.Run()
 	if code != 0 {

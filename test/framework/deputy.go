@@ -195,3 +195,13 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// Restart stops deputy and starts it again on the same port and certificate
+// directory with args (replacing the previous extra arguments). kube-apiserver
+// keeps pointing at the same URL.
+func (d *Deputy) Restart(args ...string) (*Deputy, error) {
+	if err := d.Stop(); err != nil {
+		return nil, fmt.Errorf("stopping deputy for a restart: %w", err)
+	}
+	return StartDeputy(DeputyOptions{Bin: d.Bin, CertDir: d.CertDir, Port: d.Port, Args: args})
+}

@@ -99,7 +99,7 @@ func Run(ctx context.Context, cfg *config.DeputyConfiguration, log *slog.Logger,
 	var gate atomic.Pointer[authorizer.Gate]
 	var clusterState authorizer.ClusterStateFunc
 	if cfg.Cluster.Kubeconfig != "" || cfg.Cluster.InCluster {
-		restCfg, err := clusterRESTConfig(cfg.Cluster)
+		restCfg, err := ClusterRESTConfig(cfg.Cluster)
 		if err != nil {
 			return err
 		}
@@ -215,9 +215,12 @@ func policyReady(s *policy.FileSource) func() error {
 	}
 }
 
-// clusterRESTConfig builds the client configuration of cluster mode: the
-// Pod's ServiceAccount with inCluster, else the kubeconfig file (and context).
-func clusterRESTConfig(c config.Cluster) (*rest.Config, error) {
+// ClusterRESTConfig builds the client configuration of cluster mode from
+// cluster.kubeconfig (+ context) or the in-cluster ServiceAccount.
+//
+// Errors: the kubeconfig or in-cluster configuration cannot be loaded,
+// naming the setting to fix.
+func ClusterRESTConfig(c config.Cluster) (*rest.Config, error) {
 	if c.InCluster {
 		cfg, err := rest.InClusterConfig()
 		if err != nil {

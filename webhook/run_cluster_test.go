@@ -51,7 +51,7 @@ func TestClusterRESTConfig(t *testing.T) {
 		{"a missing kubeconfig is an error naming the flag", config.Cluster{Kubeconfig: filepath.Join(t.TempDir(), "missing")}, "", "--kubeconfig"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := clusterRESTConfig(tc.cluster)
+			cfg, err := ClusterRESTConfig(tc.cluster)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want one containing %q", err, tc.wantErr)
@@ -69,7 +69,7 @@ func TestClusterRESTConfig(t *testing.T) {
 	t.Run("in-cluster outside a Pod is an error naming the flag", func(t *testing.T) {
 		t.Setenv("KUBERNETES_SERVICE_HOST", "")
 		t.Setenv("KUBERNETES_SERVICE_PORT", "")
-		if _, err := clusterRESTConfig(config.Cluster{InCluster: true}); err == nil || !strings.Contains(err.Error(), "--in-cluster") {
+		if _, err := ClusterRESTConfig(config.Cluster{InCluster: true}); err == nil || !strings.Contains(err.Error(), "--in-cluster") {
 			t.Errorf("err = %v", err)
 		}
 	})

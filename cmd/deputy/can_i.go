@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -13,10 +15,14 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 
 	deputyauthz "deputy.dev/deputy/authorizer"
+	"deputy.dev/deputy/config"
 	"deputy.dev/deputy/policy"
+	"deputy.dev/deputy/webhook"
 )
 
 type canIFlags struct {
+	kubeconfig  string
+	kubeContext string
 	namespace   string
 	as          string
 	asGroups    []string
@@ -75,7 +81,15 @@ system:serviceaccounts:NS for a ServiceAccount user).`,
 			if err != nil {
 				return err
 			}
-			gate := deputyauthz.NewGate(gateOpts, func() *policy.Snapshot { return snap }, nil)
+			var clusterState deputyauthz.ClusterStateFunc
+			var cluster *policy.ClusterState
+			if f.kubeconfig != "" {
+				if cluster, err = readCluster(cmd.Context(), config.Cluster{Kubeconfig: f.kubeconfig, Context: f.kubeContext}); err != nil {
+					return err
+				}
+				clusterState = func() *policy.ClusterState { return cluster }
+			}
+			gate := deputyauthz.NewGate(gateOpts, func() *policy.Snapshot { return snap }, clusterState)
 			switch d, reason, gerr := gate.Authorize(cmd.Context(), attrs); d {
 			case authorizer.DecisionAllow:
 				fmt.Fprintf(out, "yes\n  %s\n", reason)
@@ -98,6 +112,14 @@ system:serviceaccounts:NS for a ServiceAccount user).`,
 				}
 				return nil
 			}
+			if cluster != nil {
+				// Not deputy's own decision, but what the cluster's RBAC
+				// (kube-apiserver's next authorizer) would answer.
+				if cex := deputyauthz.Explain(&policy.Snapshot{RBAC: cluster.RBAC}, attrs); cex.Binding != nil {
+					fmt.Fprintf(out, "yes (deputy has no opinion; the cluster's RBAC allows)\n  %s\n  rule: %s\n", cex.Reason(), deputyauthz.DescribeRule(cex.Rule))
+					return nil
+				}
+			}
 			fmt.Fprintf(out, "no\n  no binding in %s allows %s (deputy answers no opinion; kube-apiserver's next authorizer decides)\n", what, describeAttributes(attrs))
 			return exitError{code: 1}
 		},
@@ -109,6 +131,8 @@ system:serviceaccounts:NS for a ServiceAccount user).`,
 	fs.StringVar(&f.subresource, "subresource", "", "subresource, e.g. log or scale")
 	fs.StringVar(&f.configFile, "config", "", "DeputyConfiguration file (its policy.paths are used when --policy is not given)")
 	fs.StringArrayVar(&f.policy, "policy", nil, "policy file or directory; repeatable; default: the embedded examples")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "also read the cluster's AppProjects and RBAC objects, as deputy serve does in cluster mode")
+	fs.StringVar(&f.kubeContext, "context", "", "kubeconfig context")
 	return cmd
 }
 
@@ -215,4 +239,36 @@ func describeAttributes(a *authorizer.AttributesRecord) string {
 		s += fmt.Sprintf(" in namespace %q", a.Namespace)
 	}
 	return s + fmt.Sprintf(" for user %q", a.User.GetName())
+}
+
+// clusterSyncTimeout bounds how long can-i waits for the cluster's first list.
+const clusterSyncTimeout = time.Minute
+
+// readCluster lists the cluster's AppProjects and RBAC objects once through
+// the same informers deputy serve uses, and returns the synced state.
+//
+// Errors: the kubeconfig cannot be loaded, or the lists did not complete
+// within clusterSyncTimeout (with the last list error, e.g. forbidden).
+func readCluster(ctx context.Context, c config.Cluster) (*policy.ClusterState, error) {
+	restCfg, err := webhook.ClusterRESTConfig(c)
+	if err != nil {
+		return nil, err
+	}
+	src, err := policy.NewClusterSource(restCfg, policy.ClusterSourceOptions{})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, clusterSyncTimeout)
+	defer cancel()
+	go func() { _ = src.Run(ctx) }()
+	for {
+		if st := src.Current(); st != nil && st.Synced {
+			return st, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("reading AppProjects and RBAC objects from the cluster did not complete within %s: %v", clusterSyncTimeout, src.Status().LastError)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }

@@ -20,6 +20,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"deputy.dev/deputy/test/framework"
 )
 
 const (
@@ -189,6 +191,18 @@ func TestSyncIdentityImpersonatesOnlyWhatItsProjectDerives(t *testing.T) {
 		}
 		if !strings.Contains(rev.Status.Reason, "deputy impersonation gate") {
 			t.Errorf("allowed by %q, want deputy's gate (no RBAC grant exists)", rev.Status.Reason)
+		}
+	})
+	t.Run("deputy can-i with --kubeconfig names the project entry", func(t *testing.T) {
+		out, err := framework.CLI(deputy.Bin, "can-i", "impersonate:serviceaccount", "serviceaccounts.authentication.k8s.io/guestbook-deployer",
+			"-n", "guestbook", "--as", controllerSA, "--config", filepath.Join(work, "deputy.yaml"), "--kubeconfig", cp.AdminKubeconfig)
+		if err != nil || !strings.HasPrefix(out, "yes") || !strings.Contains(out, "AppProject argoproj.io argocd/guestbook destinationServiceAccounts[0]") {
+			t.Errorf("can-i: %v\n%s", err, out)
+		}
+		out, err = framework.CLI(deputy.Bin, "can-i", "impersonate:serviceaccount", "serviceaccounts.authentication.k8s.io/deployer",
+			"-n", "team-a", "--as", controllerSA, "--config", filepath.Join(work, "deputy.yaml"), "--kubeconfig", cp.AdminKubeconfig)
+		if err == nil || !strings.HasPrefix(out, "no") || !strings.Contains(out, "closest") {
+			t.Errorf("can-i for an underived ServiceAccount: %v\n%s", err, out)
 		}
 	})
 	t.Run("a ServiceAccount in another namespace is 403", func(t *testing.T) {

@@ -258,6 +258,9 @@ func (g *Gate) decideImpersonator(ix *impersonatorIndex, a authorizer.Attributes
 }
 
 func describeTarget(a authorizer.Attributes) string {
+	if !a.IsResourceRequest() {
+		return a.GetPath()
+	}
 	r := a.GetResource()
 	if a.GetAPIGroup() != "" {
 		r += "." + a.GetAPIGroup()
@@ -265,10 +268,18 @@ func describeTarget(a authorizer.Attributes) string {
 	if a.GetSubresource() != "" {
 		r += "/" + a.GetSubresource()
 	}
-	if a.GetNamespace() != "" {
-		return fmt.Sprintf("%s %q in namespace %q", r, a.GetName(), a.GetNamespace())
+	if a.GetName() != "" {
+		r += fmt.Sprintf(" %q", a.GetName())
 	}
-	return fmt.Sprintf("%s %q", r, a.GetName())
+	switch a.GetResource() {
+	case "users", "groups", "uids", "userextras", "nodes":
+		// Identities have no namespace (kubectl auth can-i sends one anyway).
+		return r
+	}
+	if a.GetNamespace() != "" {
+		r += fmt.Sprintf(" in namespace %q", a.GetNamespace())
+	}
+	return r
 }
 
 func (ix *impersonatorIndex) decideServiceAccount(ns, name string) (authorizer.Decision, string, error) {
@@ -391,6 +402,10 @@ func (g *Gate) decideStrict(idx *gateIndex, a authorizer.Attributes) (authorizer
 		if reason, ok := namedRuleAllows(r, a); ok {
 			return authorizer.DecisionAllow, reason + " (a rule naming the impersonation target in resourceNames)", nil
 		}
+	}
+	if kind, _, _ := parseImpersonationVerb(a.GetVerb()); kind == impersonateOn {
+		return authorizer.DecisionDeny, fmt.Sprintf("deputy impersonation gate (strict): %s is not a configured sync identity, and acting through constrained impersonation (%s on %s) needs an RBAC rule that names the object in resourceNames; none does",
+			a.GetUser().GetName(), a.GetVerb(), describeTarget(a)), nil
 	}
 	return authorizer.DecisionDeny, fmt.Sprintf("deputy impersonation gate (strict): %s may %s only through an RBAC rule that names the target in resourceNames; none grants %s",
 		a.GetUser().GetName(), a.GetVerb(), describeTarget(a)), nil

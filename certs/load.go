@@ -5,8 +5,10 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	certutil "k8s.io/client-go/util/cert"
@@ -100,4 +102,37 @@ func loadAPIServerClient(dir string, now time.Time) (APIServerClient, error) {
 		return APIServerClient{}, fmt.Errorf("%s does not verify against %s for client auth (%v): run \"deputy certs init --dir %s\" again to reissue it", filepath.Join(dir, ClientCertFile), filepath.Join(dir, CACertFile), err, dir)
 	}
 	return out, nil
+}
+
+// CheckServingHost verifies that the serving certificate in dir (ServingCertFile)
+// covers host, the host kube-apiserver will dial: as a DNS name or IP SAN.
+// A directory without ServingCertFile (deputy serves a certificate from
+// elsewhere) is not checked.
+//
+// Errors: the certificate does not parse, or does not cover host; the latter
+// names the certificate's hosts and the `deputy certs init` command that fixes
+// it.
+func CheckServingHost(dir, host string) error {
+	path := filepath.Join(dir, ServingCertFile)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("failed to read %s: %w", path, err)
+	}
+	parsed, err := certutil.ParseCertsPEM(data)
+	if err != nil || len(parsed) == 0 {
+		return fmt.Errorf("%s is not a PEM certificate: %v", path, err)
+	}
+	leaf := parsed[0]
+	if err := leaf.VerifyHostname(host); err == nil {
+		return nil
+	}
+	hosts := append([]string(nil), leaf.DNSNames...)
+	for _, ip := range leaf.IPAddresses {
+		hosts = append(hosts, ip.String())
+	}
+	return fmt.Errorf("%s covers %s, not %s: kube-apiserver would reject deputy's certificate and, with failurePolicy Deny, deny every request; reissue it with: deputy certs init --dir %s --hosts %s",
+		path, strings.Join(hosts, ", "), host, dir, strings.Join(append(hosts, host), ","))
 }

@@ -464,6 +464,9 @@ func instructions(o APIServerOptions, base, outDir string) string {
 	p("     kubectl apply -f manifests/%s/%s", CRDDir, DeputyAppProjectCRDFile)
 	p("     kubectl apply -f %s", local(ValidatingWebhookFile))
 	p("")
+	p("Tokens: kube-apiserver asks deputy to review tokens for its API audiences (--api-audiences, by default its")
+	p("--service-account-issuer). deputy's static tokens are valid for deputy serve --api-audiences (default")
+	p("https://kubernetes.default.svc.cluster.local): make the two agree, or tokens are rejected as unauthenticated.")
 	p("kube-apiserver must reach %s from its own network namespace: cluster DNS names do not resolve there.", base)
 	if o.FailurePolicy == FailurePolicyNoOpinion {
 		p("failurePolicy is NoOpinion: while deputy is unreachable, Node and RBAC decide alone and deputy's denials are not enforced.")

@@ -340,11 +340,12 @@ func (d *decoder) decodeObject(data []byte, loc DocumentError) {
 	}
 }
 
-// location is the short form used in reasons: "file.yaml#3" or "file.yaml#3.2".
+// location is the short form used in messages: "file.yaml document 3" or
+// "file.yaml document 3 item 2" (documents and List items count from 1).
 func (e *DocumentError) location() string {
-	s := fmt.Sprintf("%s#%d", e.File, e.Document)
+	s := fmt.Sprintf("%s document %d", e.File, e.Document)
 	if e.Item > 0 {
-		s += fmt.Sprintf(".%d", e.Item)
+		s += fmt.Sprintf(" item %d", e.Item)
 	}
 	return s
 }

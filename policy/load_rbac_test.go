@@ -391,18 +391,18 @@ func TestDecodeDuplicates(t *testing.T) {
 		{
 			name:     "the same ClusterRole in two files names both locations",
 			files:    []string{"a.yaml", loadClusterRole("x"), "b.yaml", "# comment\n---\n" + loadClusterRole("x")},
-			wantErrs: []string{`b.yaml: document 2 (line 3), ClusterRole "x": duplicate object: already defined at a.yaml#1 (each object may be defined once)`},
+			wantErrs: []string{`b.yaml: document 2 (line 3), ClusterRole "x": duplicate object: already defined at a.yaml document 1 (each object may be defined once)`},
 		},
 		{
 			name:     "the same object twice in one file is a duplicate",
 			files:    []string{"a.yaml", loadCRB("b", "r", "alice") + "---\n" + loadCRB("b", "r", "bob")},
-			wantErrs: []string{`a.yaml: document 2 (line 14), ClusterRoleBinding "b": duplicate object: already defined at a.yaml#1 (each object may be defined once)`},
+			wantErrs: []string{`a.yaml: document 2 (line 14), ClusterRoleBinding "b": duplicate object: already defined at a.yaml document 1 (each object may be defined once)`},
 		},
 		{
 			name: "a duplicate inside a List names the item",
 			files: []string{"a.yaml", loadRole("ns", "r"), "list.yaml", "apiVersion: v1\nkind: List\nitems:\n" +
 				indentItem(loadClusterRole("c")) + indentItem(loadRole("ns", "r"))},
-			wantErrs: []string{`list.yaml: document 1 (line 1), item 2, Role "ns/r": duplicate object: already defined at a.yaml#1 (each object may be defined once)`},
+			wantErrs: []string{`list.yaml: document 1 (line 1), item 2, Role "ns/r": duplicate object: already defined at a.yaml document 1 (each object may be defined once)`},
 		},
 		{
 			name:  "the same name in two namespaces, or of two kinds, is no duplicate",
@@ -690,11 +690,11 @@ func TestDecodeDefaults(t *testing.T) {
 	if ns := objs.RBAC.ClusterRoles[0].Namespace; ns != "" {
 		t.Errorf("ClusterRole namespace = %q, want it cleared as kube-apiserver does for cluster-scoped objects", ns)
 	}
-	if got := objs.RBAC.Sources["RoleBinding/ns/b"]; got != "d.yaml#1" {
-		t.Errorf("Sources[RoleBinding/ns/b] = %q, want d.yaml#1", got)
+	if got := objs.RBAC.Sources["RoleBinding/ns/b"]; got != "d.yaml document 1" {
+		t.Errorf("Sources[RoleBinding/ns/b] = %q, want d.yaml document 1", got)
 	}
-	if got := objs.RBAC.Sources["ClusterRoleBinding//b"]; got != "d.yaml#2" {
-		t.Errorf("Sources[ClusterRoleBinding//b] = %q, want d.yaml#2", got)
+	if got := objs.RBAC.Sources["ClusterRoleBinding//b"]; got != "d.yaml document 2" {
+		t.Errorf("Sources[ClusterRoleBinding//b] = %q, want d.yaml document 2", got)
 	}
 }
 
@@ -712,7 +712,7 @@ func TestLoadBindingSources(t *testing.T) {
 	for _, b := range snap.RBAC.ClusterRoleBindings() {
 		got = append(got, b.Name+"@"+b.Source)
 	}
-	if diff := cmp.Diff([]string{"b1@b.yaml#1.1", "b2@b.yaml#1.2"}, got); diff != "" {
+	if diff := cmp.Diff([]string{"b1@b.yaml document 1 item 1", "b2@b.yaml document 1 item 2"}, got); diff != "" {
 		t.Errorf("binding sources (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff([]string{"a.yaml", "b.yaml"}, snap.Files); diff != "" {

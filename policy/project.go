@@ -278,13 +278,20 @@ func projectValidateDestinationServiceAccounts(entries []v1alpha1.ApplicationDes
 	return errs, warnings
 }
 
+// Fixes appended to Argo CD's messages (which are kept verbatim first, so users
+// recognise them).
+const (
+	saBangHint                  = ": destinationServiceAccounts do not support '!' negation; list the namespaces or use a glob such as team-*"
+	saDefaultServiceAccountHint = ": name one ServiceAccount, as NAME (in the destination namespace) or NAMESPACE:NAME; wildcards, '!', brackets, braces and slashes are not allowed"
+)
+
 // saValidatePattern is upstream's server/namespace rule ("!" anywhere, or a
 // pattern that does not compile), with deputy's length bound checked first
 // under its own message.
 func saValidatePattern(name, pattern string, compileErr error, fld *field.Path) *field.Error {
 	switch {
 	case strings.Contains(pattern, "!"):
-		return field.Invalid(fld, pattern, fmt.Sprintf("%s has an invalid format, '%s'", name, pattern))
+		return field.Invalid(fld, pattern, fmt.Sprintf("%s has an invalid format, '%s'"+saBangHint, name, pattern))
 	case len(pattern) > projectMaxPatternLength:
 		return projectPatternTooLong(fld, name, pattern)
 	case compileErr != nil:
@@ -367,7 +374,8 @@ func saPatternCovers(earlier *saPattern, later string) bool {
 func saValidateDefaultServiceAccount(sa string, fld *field.Path) field.ErrorList {
 	_, _, upstreamInvalid, problems := saParseDefaultServiceAccount(sa)
 	if upstreamInvalid {
-		return field.ErrorList{field.Invalid(fld, sa, fmt.Sprintf("defaultServiceAccount has an invalid format, '%s'", sa))}
+		// Argo CD's message first, so users recognise it; then the fix.
+		return field.ErrorList{field.Invalid(fld, sa, fmt.Sprintf("defaultServiceAccount has an invalid format, '%s'"+saDefaultServiceAccountHint, sa))}
 	}
 	var errs field.ErrorList
 	for _, p := range problems {

@@ -36,7 +36,7 @@ type Binding struct {
 	// Reasons holds one allow reason per subject, precomputed so the hot path
 	// does not format strings.
 	Reasons []string
-	// Source is where the binding was loaded from ("file.yaml#2").
+	// Source is where the binding was loaded from ("file.yaml document 2").
 	Source string
 }
 
@@ -497,4 +497,33 @@ func AggregateClusterRoles(roles []*rbacv1.ClusterRole) ([]*rbacv1.ClusterRole, 
 // containsRule is ruleExists of pkg/controller/clusterroleaggregation.
 func containsRule(rules []rbacv1.PolicyRule, rule rbacv1.PolicyRule) bool {
 	return slices.ContainsFunc(rules, func(r rbacv1.PolicyRule) bool { return equality.Semantic.DeepEqual(r, rule) })
+}
+
+// UnresolvedBindings returns the bindings whose role reference did not
+// resolve (RoleErr set), ClusterRoleBindings first, then RoleBindings by
+// namespace: they grant nothing until the role exists, which is legal in
+// Kubernetes but usually a mistake worth a warning.
+func (r *RBAC) UnresolvedBindings() []*Binding {
+	if r == nil {
+		return nil
+	}
+	var out []*Binding
+	for i := range r.clusterRoleBindings {
+		if r.clusterRoleBindings[i].RoleErr != nil {
+			out = append(out, &r.clusterRoleBindings[i])
+		}
+	}
+	namespaces := make([]string, 0, len(r.roleBindings))
+	for ns := range r.roleBindings {
+		namespaces = append(namespaces, ns)
+	}
+	slices.Sort(namespaces)
+	for _, ns := range namespaces {
+		for i := range r.roleBindings[ns] {
+			if r.roleBindings[ns][i].RoleErr != nil {
+				out = append(out, &r.roleBindings[ns][i])
+			}
+		}
+	}
+	return out
 }

@@ -190,6 +190,9 @@ func (s *FileSource) gather() ([]SourceFile, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("no policy files (.yaml, .yml, .json, .csv) in %s: check --policy", strings.Join(s.paths, ", "))
+	}
 	return files, nil
 }
 

@@ -122,10 +122,10 @@ func TestAppProjectValidator(t *testing.T) {
 			},
 			wantCode:    http.StatusUnprocessableEntity,
 			wantReason:  metav1.StatusReasonInvalid,
-			wantMessage: `AppProject.argoproj.io "guestbook" is invalid: spec.destinationServiceAccounts[0].defaultServiceAccount: Invalid value: "*": defaultServiceAccount has an invalid format, '*'`,
+			wantMessage: `AppProject.argoproj.io "guestbook" is invalid: spec.destinationServiceAccounts[0].defaultServiceAccount: Invalid value: "*": defaultServiceAccount has an invalid format, '*': name one ServiceAccount, as NAME (in the destination namespace) or NAMESPACE:NAME; wildcards, '!', brackets, braces and slashes are not allowed`,
 			wantCauses: []metav1.StatusCause{{
 				Type:    metav1.CauseTypeFieldValueInvalid,
-				Message: `Invalid value: "*": defaultServiceAccount has an invalid format, '*'`,
+				Message: `Invalid value: "*": defaultServiceAccount has an invalid format, '*': name one ServiceAccount, as NAME (in the destination namespace) or NAMESPACE:NAME; wildcards, '!', brackets, braces and slashes are not allowed`,
 				Field:   "spec.destinationServiceAccounts[0].defaultServiceAccount",
 			}},
 		},
@@ -141,18 +141,18 @@ func TestAppProjectValidator(t *testing.T) {
 			wantCode:   http.StatusUnprocessableEntity,
 			wantReason: metav1.StatusReasonInvalid,
 			wantMessage: `AppProject.deputy.dev "guestbook" is invalid: [` +
-				`spec.destinationServiceAccounts[0].server: Invalid value: "!https://kubernetes.default.svc": server has an invalid format, '!https://kubernetes.default.svc', ` +
-				`spec.destinationServiceAccounts[0].defaultServiceAccount: Invalid value: "*": defaultServiceAccount has an invalid format, '*', ` +
+				`spec.destinationServiceAccounts[0].server: Invalid value: "!https://kubernetes.default.svc": server has an invalid format, '!https://kubernetes.default.svc': destinationServiceAccounts do not support '!' negation; list the namespaces or use a glob such as team-*, ` +
+				`spec.destinationServiceAccounts[0].defaultServiceAccount: Invalid value: "*": defaultServiceAccount has an invalid format, '*': name one ServiceAccount, as NAME (in the destination namespace) or NAMESPACE:NAME; wildcards, '!', brackets, braces and slashes are not allowed, ` +
 				`spec.destinationServiceAccounts[1].defaultServiceAccount: Invalid value: "a:b:c": has 2 colons: write "name" for a ServiceAccount in the Application's destination namespace, or "namespace:name" with exactly one colon]`,
 			wantCauses: []metav1.StatusCause{
 				{
 					Type:    metav1.CauseTypeFieldValueInvalid,
-					Message: `Invalid value: "!https://kubernetes.default.svc": server has an invalid format, '!https://kubernetes.default.svc'`,
+					Message: `Invalid value: "!https://kubernetes.default.svc": server has an invalid format, '!https://kubernetes.default.svc': destinationServiceAccounts do not support '!' negation; list the namespaces or use a glob such as team-*`,
 					Field:   "spec.destinationServiceAccounts[0].server",
 				},
 				{
 					Type:    metav1.CauseTypeFieldValueInvalid,
-					Message: `Invalid value: "*": defaultServiceAccount has an invalid format, '*'`,
+					Message: `Invalid value: "*": defaultServiceAccount has an invalid format, '*': name one ServiceAccount, as NAME (in the destination namespace) or NAMESPACE:NAME; wildcards, '!', brackets, braces and slashes are not allowed`,
 					Field:   "spec.destinationServiceAccounts[0].defaultServiceAccount",
 				},
 				{

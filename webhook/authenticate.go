@@ -34,6 +34,12 @@ type AuthenticateHandler struct {
 	Reviewer TokenReviewer
 	Metrics  *Metrics
 	Log      *slog.Logger
+	// APIAudiences are the audiences static tokens are valid for; with
+	// KnownToken they let an audience mismatch be explained in the log.
+	APIAudiences []string
+	// KnownToken, if set, reports whether a static token exists regardless
+	// of audiences and whose it is (no token is ever logged).
+	KnownToken func(token string) (userName string, ok bool)
 }
 
 func (h *AuthenticateHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -68,6 +74,14 @@ func (h *AuthenticateHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) 
 		// it was not asked about): report it as an authentication error, which
 		// kube-apiserver neither caches nor treats as a rejection of the token.
 		status = authenticationv1.TokenReviewStatus{Error: err.Error()}
+	}
+	if !status.Authenticated && status.Error == "" && h.KnownToken != nil && len(tr.Spec.Audiences) > 0 {
+		// The most common first-hour mistake: kube-apiserver asks for its own
+		// API audiences, which deputy's static tokens are not valid for.
+		if name, ok := h.KnownToken(tr.Spec.Token); ok {
+			h.Log.Warn("a static token was presented for audiences it is not valid for; set deputy's --api-audiences (authentication.apiAudiences) to kube-apiserver's --api-audiences (by default its --service-account-issuer)",
+				"requestID", requestID(r.Context()), "user", name, "requestedAudiences", tr.Spec.Audiences, "apiAudiences", h.APIAudiences)
+		}
 	}
 	label := "unauthenticated"
 	switch {

@@ -165,13 +165,20 @@ func Run(ctx context.Context, cfg *config.DeputyConfiguration, log *slog.Logger,
 		ClientAuth:                   clientAuth,
 		RequireClientCertForValidate: cfg.TLS.RequireClientCertForValidate,
 		Authorize:                    &AuthorizeHandler{Authorizer: authz, Metrics: metrics, Log: log},
-		Authenticate:                 &AuthenticateHandler{Reviewer: reviewer, Metrics: metrics, Log: log},
-		Validate:                     NewValidateHandler(NewValidator(NewAppProjectValidator(true), NewImpersonationRBACValidator(cfg.Authorization.Impersonation.GateRBAC)), metrics, log),
-		Readiness:                    readiness,
-		Metrics:                      metrics,
-		Log:                          log,
-		ShutdownDelay:                cfg.Shutdown.Delay.Duration,
-		GracePeriod:                  cfg.Shutdown.GracePeriod.Duration,
+		Authenticate: &AuthenticateHandler{Reviewer: reviewer, Metrics: metrics, Log: log, APIAudiences: cfg.Authentication.APIAudiences,
+			KnownToken: func(token string) (string, bool) {
+				u, ok := source.Current().TokenSetOf().Lookup(token)
+				if !ok {
+					return "", false
+				}
+				return u.GetName(), true
+			}},
+		Validate:      NewValidateHandler(NewValidator(NewAppProjectValidator(true), NewImpersonationRBACValidator(cfg.Authorization.Impersonation.GateRBAC)), metrics, log),
+		Readiness:     readiness,
+		Metrics:       metrics,
+		Log:           log,
+		ShutdownDelay: cfg.Shutdown.Delay.Duration,
+		GracePeriod:   cfg.Shutdown.GracePeriod.Duration,
 		OnListen: func(addr net.Addr) {
 			if ready != nil {
 				serving.Addr = addr

@@ -108,7 +108,7 @@ system:serviceaccounts:NS for a ServiceAccount user).`,
 			if ex.Binding != nil {
 				fmt.Fprintf(out, "yes\n  %s\n  rule: %s\n", ex.Reason(), deputyauthz.DescribeRule(ex.Rule))
 				if ex.Binding.Source != "" {
-					fmt.Fprintf(out, "  binding defined at %s\n", ex.Binding.Source)
+					fmt.Fprintf(out, "  binding defined in %s\n", ex.Binding.Source)
 				}
 				return nil
 			}

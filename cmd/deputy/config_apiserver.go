@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"io/fs"
 	"path/filepath"
 
@@ -49,6 +50,11 @@ certificate are read from --certs, as written by "deputy certs init".`,
 			}
 			if err != nil {
 				return err
+			}
+			if u, err := url.Parse(opts.URL); err == nil && u.Hostname() != "" {
+				if err := certs.CheckServingHost(certsDir, u.Hostname()); err != nil {
+					return err
+				}
 			}
 			opts.CA, opts.ClientCert, opts.ClientKey = client.CA, client.Cert, client.Key
 			opts.Dir = nodeDir

@@ -133,7 +133,7 @@ func TestCanIAnswersWithTheBindingAndExitCode(t *testing.T) {
 		want     []string
 	}{
 		{"alice may list pods in team-a", []string{"can-i", "list", "pods", "-n", "team-a", "--as", "alice", "--policy", policy}, 0,
-			[]string{"yes", `RoleBinding "alice-pod-reader/team-a" of ClusterRole "pod-reader" to User "alice"`, "rbac.yaml#4"}},
+			[]string{"yes", `RoleBinding "alice-pod-reader/team-a" of ClusterRole "pod-reader" to User "alice"`, "rbac.yaml document 4"}},
 		{"alice may not list pods in team-b", []string{"can-i", "list", "pods", "-n", "team-b", "--as", "alice", "--policy", policy}, 1,
 			[]string{"no"}},
 		{"group membership counts", []string{"can-i", "get", "configmaps", "-n", "team-b", "--as", "bob", "--as-group", "team-b-devs", "--policy", policy}, 0,

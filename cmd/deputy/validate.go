@@ -30,6 +30,13 @@ policy would load, 1 otherwise. Use it in CI before shipping a policy change.`,
 			roles, clusterRoles, rbs, crbs := snap.RBAC.Counts()
 			fmt.Fprintf(out, "ok: %d files, %d Roles, %d ClusterRoles, %d RoleBindings, %d ClusterRoleBindings, %d AppProjects, %d tokens\n",
 				len(snap.Files), roles, clusterRoles, rbs, crbs, len(snap.Projects), snap.Tokens.Len())
+			for _, b := range snap.RBAC.UnresolvedBindings() {
+				kind, name := "ClusterRoleBinding", b.Name
+				if b.Namespace != "" {
+					kind, name = "RoleBinding", b.Namespace+"/"+b.Name
+				}
+				fmt.Fprintf(out, "warning: %s %s %s: %v (it grants nothing until the role exists)\n", b.Source, kind, name, b.RoleErr)
+			}
 			for _, p := range snap.Projects {
 				_, warnings := policy.ValidateAppProject(p.Object)
 				for _, w := range warnings {

@@ -384,9 +384,17 @@ func create(ctx context.Context, cs kubernetes.Interface, p *Policy) error {
 // aggregation controller to count as done.
 const aggregationSettle = 3 * time.Second
 
+// The bootstrap ClusterRoles the aggregation controller always writes (they
+// start without rules and select roles that have some), and the field
+// manager it writes them with.
+var bootstrapAggregated = map[string]bool{"admin": true, "edit": true, "view": true}
+
+const aggregationFieldManager = "clusterrole-aggregation-controller"
+
 // aggregate runs kube-controller-manager's ClusterRole aggregation
-// controller (pkg/controller/clusterroleaggregation) until no ClusterRole
-// has changed for aggregationSettle.
+// controller (pkg/controller/clusterroleaggregation) until it has written the
+// bootstrap aggregated roles and no ClusterRole has changed for
+// aggregationSettle since.
 func aggregate(ctx context.Context, cs kubernetes.Interface) error {
 	ctx, cancel := context.WithCancel(klog.NewContext(ctx, logr.Discard()))
 	defer cancel()
@@ -408,13 +416,19 @@ func aggregate(ctx context.Context, cs kubernetes.Interface) error {
 			return err
 		}
 		var versions []string
+		written := 0
 		for _, cr := range list.Items {
 			versions = append(versions, cr.Name+"@"+cr.ResourceVersion)
+			if bootstrapAggregated[cr.Name] && slices.ContainsFunc(cr.ManagedFields, func(f metav1.ManagedFieldsEntry) bool {
+				return f.Manager == aggregationFieldManager
+			}) {
+				written++
+			}
 		}
 		fingerprint := strings.Join(versions, ",")
 		if fingerprint != last {
 			last, since = fingerprint, time.Now()
-		} else if time.Since(since) >= aggregationSettle {
+		} else if written == len(bootstrapAggregated) && time.Since(since) >= aggregationSettle {
 			return nil
 		}
 		time.Sleep(250 * time.Millisecond)

@@ -3,8 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"io/fs"
+	"net/url"
 	"path/filepath"
 
 	"github.com/spf13/cobra"

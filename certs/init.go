@@ -615,10 +615,10 @@ func writePair(dir string, p *pair, is *issued, reason string) ([]FileResult, er
 	if is == nil {
 		return []FileResult{certRes, keyRes}, nil
 	}
-	if err := writeFileAtomic(keyRes.Path, is.keyPEM, modeKey); err != nil {
+	if err := WriteFileAtomic(keyRes.Path, is.keyPEM, modeKey); err != nil {
 		return nil, err
 	}
-	if err := writeFileAtomic(certRes.Path, is.certPEM, modeCert); err != nil {
+	if err := WriteFileAtomic(certRes.Path, is.certPEM, modeCert); err != nil {
 		return nil, err
 	}
 	certRes.Action, certRes.Reason = action(p.certExists, reason)
@@ -650,10 +650,12 @@ func keyPermissionWarnings(files []FileResult) []string {
 	return out
 }
 
-// writeFileAtomic writes data to a temporary file next to path, sets mode,
-// syncs and renames it over path, so readers see the old or the new content,
-// never a partial file.
-func writeFileAtomic(path string, data []byte, mode fs.FileMode) (err error) {
+// WriteFileAtomic writes data to a temporary file next to path, sets mode,
+// syncs and renames it over path, so readers (deputy's certificate and policy
+// watchers among them) see the old or the new content, never a partial file.
+//
+// Errors: any I/O failure, naming path; the temporary file is removed then.
+func WriteFileAtomic(path string, data []byte, mode fs.FileMode) (err error) {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("failed to write %s: %w", path, err)

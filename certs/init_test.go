@@ -552,7 +552,7 @@ func rm(t *testing.T, dir string, names ...string) {
 
 func write(t *testing.T, dir, name, content string) {
 	t.Helper()
-	if err := writeFileAtomic(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+	if err := WriteFileAtomic(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -568,7 +568,7 @@ func copyFile(t *testing.T, from, to string) {
 	if err == nil {
 		mode = info.Mode().Perm()
 	}
-	if err := writeFileAtomic(to, data, mode); err != nil {
+	if err := WriteFileAtomic(to, data, mode); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/url"
 	"os"
 	"path"
@@ -23,6 +22,7 @@ import (
 	"k8s.io/client-go/util/keyutil"
 	"sigs.k8s.io/yaml"
 
+	"deputy.dev/deputy/certs"
 	policyv1alpha1 "deputy.dev/deputy/policy/v1alpha1"
 )
 
@@ -497,41 +497,10 @@ func WriteFiles(dir string, files []File) ([]string, error) {
 			return paths, fmt.Errorf("file name %q must be a plain file name", f.Name)
 		}
 		p := filepath.Join(dir, f.Name)
-		if err := writeFileAtomic(p, f.Data, f.Mode); err != nil {
+		if err := certs.WriteFileAtomic(p, f.Data, f.Mode); err != nil {
 			return paths, err
 		}
 		paths = append(paths, p)
 	}
 	return paths, nil
-}
-
-// writeFileAtomic writes data to a temporary file next to path, sets mode,
-// syncs and renames it over path.
-func writeFileAtomic(path string, data []byte, mode fs.FileMode) (err error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("failed to write %s: %w", path, err)
-	}
-	defer func() {
-		if err != nil {
-			_ = tmp.Close()
-			_ = os.Remove(tmp.Name())
-		}
-	}()
-	if err = tmp.Chmod(mode); err != nil {
-		return fmt.Errorf("failed to set mode of %s: %w", path, err)
-	}
-	if _, err = tmp.Write(data); err != nil {
-		return fmt.Errorf("failed to write %s: %w", path, err)
-	}
-	if err = tmp.Sync(); err != nil {
-		return fmt.Errorf("failed to write %s: %w", path, err)
-	}
-	if err = tmp.Close(); err != nil {
-		return fmt.Errorf("failed to write %s: %w", path, err)
-	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("failed to write %s: %w", path, err)
-	}
-	return nil
 }

@@ -226,8 +226,10 @@ func (g *Gate) protectedTarget(a authorizer.Attributes) string {
 //   - `impersonate-on:serviceaccount:<verb>`: Allow iff verb is one a sync
 //     uses and the request is inside one of its projects: a namespace that
 //     is a destination, the Namespace object of a destination namespace, a
-//     cluster-scoped kind the project's clusterResourceWhitelist permits, or
-//     discovery (/api, /apis, /version and below);
+//     cluster-scoped kind the project's clusterResourceWhitelist permits,
+//     discovery (/api, /apis, /version and below), or creating a self review
+//     (SelfSubjectAccessReview, SelfSubjectRulesReview, SelfSubjectReview:
+//     the sync engine's preflight asks what the ServiceAccount may do);
 //   - everything else (users, groups, uids, userextras, the user-info and
 //     node modes): Deny.
 func (g *Gate) decideImpersonator(ix *impersonatorIndex, a authorizer.Attributes, kind impersonationKind, mode, onVerb string) (authorizer.Decision, string, error) {
@@ -327,6 +329,18 @@ func (ix *impersonatorIndex) closest(ns, name string, exact, wild []int) string 
 	return ""
 }
 
+// selfReview reports whether a resource is one of the self-review APIs:
+// SelfSubjectAccessReview, SelfSubjectRulesReview, SelfSubjectReview.
+func selfReview(group, resource string) bool {
+	switch group {
+	case "authorization.k8s.io":
+		return resource == "selfsubjectaccessreviews" || resource == "selfsubjectrulesreviews"
+	case "authentication.k8s.io":
+		return resource == "selfsubjectreviews"
+	}
+	return false
+}
+
 // discovery reports whether a non-resource path is API discovery.
 func discovery(path string) bool {
 	for _, p := range []string{"/api", "/apis", "/version"} {
@@ -344,6 +358,11 @@ func (ix *impersonatorIndex) decideAction(a authorizer.Attributes, verb string) 
 			return authorizer.DecisionAllow, "deputy impersonation gate: discovery is allowed to sync identities", nil
 		}
 		return authorizer.DecisionDeny, fmt.Sprintf("deputy impersonation gate: %s may reach only discovery (/api, /apis, /version) as a ServiceAccount, not %s", who, a.GetPath()), nil
+	}
+	if verb == "create" && selfReview(a.GetAPIGroup(), a.GetResource()) {
+		// A ServiceAccount asking about its own permissions (the sync
+		// engine's preflight) learns nothing about anyone else.
+		return authorizer.DecisionAllow, "deputy impersonation gate: self reviews are allowed to sync identities", nil
 	}
 	ns := a.GetNamespace()
 	server, cluster := ix.cfg.ClusterServer, ix.cfg.ClusterName

@@ -212,6 +212,9 @@ func TestGateScopesTheActionsOfTheSyncIdentity(t *testing.T) {
 		{"a whitelisted custom kind is recognised by its plural", on(syncSA, "patch", "example.com", "widgets", "", "w"), authorizer.DecisionAllow, "widgets.example.com"},
 		{"a cluster-scoped kind outside the whitelist is denied", on(syncSA, "create", "rbac.authorization.k8s.io", "clusterrolebindings", "", ""), authorizer.DecisionDeny, "clusterResourceWhitelist"},
 		{"listing pods across all namespaces is denied", on(syncSA, "list", "", "pods", "", ""), authorizer.DecisionDeny, "cluster-scoped Pod"},
+		{"a self access review (preflight) is allowed", on(syncSA, "create", "authorization.k8s.io", "selfsubjectaccessreviews", "", ""), authorizer.DecisionAllow, "self reviews"},
+		{"a self review is allowed", on(syncSA, "create", "authentication.k8s.io", "selfsubjectreviews", "", ""), authorizer.DecisionAllow, "self reviews"},
+		{"a subject access review about others is denied", on(syncSA, "create", "authorization.k8s.io", "subjectaccessreviews", "", ""), authorizer.DecisionDeny, "clusterResourceWhitelist"},
 	})
 }
 

@@ -154,6 +154,10 @@ func canIAttributes(verb, target string, f *canIFlags) (*authorizer.AttributesRe
 	resource, name, _ := strings.Cut(target, "/")
 	group := ""
 	note := ""
+	if plural := pluralOfKind(resource); plural != "" {
+		note = fmt.Sprintf("%q read as the resource %q", resource, plural)
+		resource = plural
+	}
 	if r, g, ok := strings.Cut(resource, "."); ok {
 		resource, group = r, g
 	} else if g, ambiguous := builtinGroup(resource); g != "" || ambiguous != "" {
@@ -172,6 +176,24 @@ func canIAttributes(verb, target string, f *canIFlags) (*authorizer.AttributesRe
 		User: u, Verb: verb, Namespace: f.namespace, APIGroup: group, APIVersion: "*",
 		Resource: resource, Subresource: f.subresource, Name: name, ResourceRequest: true,
 	}, note, nil
+}
+
+// pluralOfKind maps a built-in kind written in the singular ("pod",
+// "Deployment") to its plural resource, as kubectl does through discovery;
+// "" when the argument is not such a kind.
+func pluralOfKind(arg string) string {
+	if strings.Contains(arg, ".") {
+		return ""
+	}
+	for gvk := range scheme.Scheme.AllKnownTypes() {
+		if strings.EqualFold(gvk.Kind, arg) {
+			plural, _ := meta.UnsafeGuessKindToResource(gvk)
+			if plural.Resource != arg {
+				return plural.Resource
+			}
+		}
+	}
+	return ""
 }
 
 // builtinGroup finds the API group of a built-in plural resource from

@@ -341,9 +341,11 @@ func selfReview(group, resource string) bool {
 	return false
 }
 
-// discovery reports whether a non-resource path is API discovery.
+// discovery reports whether a non-resource path is API discovery: the group
+// and resource lists, the version, and the OpenAPI schemas clients validate
+// against (kubectl apply's --validate reads /openapi/v3).
 func discovery(path string) bool {
-	for _, p := range []string{"/api", "/apis", "/version"} {
+	for _, p := range []string{"/api", "/apis", "/version", "/openapi"} {
 		if path == p || strings.HasPrefix(path, p+"/") {
 			return true
 		}
@@ -357,7 +359,7 @@ func (ix *impersonatorIndex) decideAction(a authorizer.Attributes, verb string) 
 		if discovery(a.GetPath()) {
 			return authorizer.DecisionAllow, "deputy impersonation gate: discovery is allowed to sync identities", nil
 		}
-		return authorizer.DecisionDeny, fmt.Sprintf("deputy impersonation gate: %s may reach only discovery (/api, /apis, /version) as a ServiceAccount, not %s", who, a.GetPath()), nil
+		return authorizer.DecisionDeny, fmt.Sprintf("deputy impersonation gate: %s may reach only discovery (/api, /apis, /version, /openapi) as a ServiceAccount, not %s", who, a.GetPath()), nil
 	}
 	if verb == "create" && selfReview(a.GetAPIGroup(), a.GetResource()) {
 		// A ServiceAccount asking about its own permissions (the sync

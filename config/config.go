@@ -14,6 +14,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -46,6 +47,82 @@ type DeputyConfiguration struct {
 	// Cluster connects deputy to the cluster it guards (cluster mode):
 	// AppProjects and RBAC objects are then read through informers.
 	Cluster Cluster `json:"cluster,omitempty"`
+	// Sync configures deputy's sync engine: impersonation, the clusters it
+	// syncs to, repository credentials, its cache and its parallelism.
+	Sync Sync `json:"sync,omitempty"`
+}
+
+// Sync configures the sync engine and its operations queue.
+type Sync struct {
+	// Impersonation says whether syncs impersonate the ServiceAccount their
+	// AppProject derives (Argo CD's application.sync.impersonation settings).
+	Impersonation SyncImpersonation `json:"impersonation,omitempty"`
+	// Clusters is the cluster registry: the clusters Applications may name
+	// as destination (by server URL or by name) and how deputy connects to
+	// each. Default: none in file mode; in cluster mode the cluster deputy
+	// reads, as "in-cluster" at https://kubernetes.default.svc.
+	Clusters []SyncCluster `json:"clusters,omitempty"`
+	// Repositories are credentials for Git repositories, chosen by the
+	// longest URL prefix that matches an Application's repoURL.
+	Repositories []RepositoryCredentials `json:"repositories,omitempty"`
+	// CacheDir holds the Git clones. Default .deputy/repos.
+	CacheDir string `json:"cacheDir,omitempty"`
+	// Parallelism is how many operations (of different Applications) run at
+	// once; more wait their turn. Default 8.
+	Parallelism int `json:"parallelism,omitempty"`
+}
+
+// SyncImpersonation are Argo CD's impersonation settings.
+type SyncImpersonation struct {
+	// Enabled makes every sync impersonate the ServiceAccount its AppProject
+	// derives (destinationServiceAccounts). Default false, as in Argo CD.
+	Enabled bool `json:"enabled,omitempty"`
+	// Enforced (default true): with impersonation enabled, a destination no
+	// destinationServiceAccounts entry matches fails the operation; false
+	// falls back to deputy's own identity and says so in the operation
+	// status.
+	Enforced *bool `json:"enforced,omitempty"`
+}
+
+// IsEnforced reports Enforced, true when unset.
+func (i SyncImpersonation) IsEnforced() bool { return i.Enforced == nil || *i.Enforced }
+
+// SyncCluster is one entry of the cluster registry. Set either Kubeconfig
+// (with an optional Context) or InCluster.
+type SyncCluster struct {
+	// Name is how Applications name the cluster (destination.name).
+	Name string `json:"name"`
+	// Server is the cluster's API server URL as Applications and AppProjects
+	// write it (destination.server), e.g. https://kubernetes.default.svc.
+	Server string `json:"server"`
+	// Kubeconfig is the kubeconfig deputy connects with; Context picks a
+	// context in it (default: its current context).
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+	Context    string `json:"context,omitempty"`
+	// InCluster connects with the Pod's ServiceAccount.
+	InCluster bool `json:"inCluster,omitempty"`
+}
+
+// RepositoryCredentials are the credentials of the Git repositories whose URL
+// starts with URL: username and password from two files, or from a Secret
+// (keys username and password). Set one of the two.
+type RepositoryCredentials struct {
+	// URL is a repository URL prefix, e.g. https://github.com/example/.
+	URL string `json:"url"`
+	// UsernameFile and PasswordFile are files holding the username and the
+	// password or token (trailing newlines are ignored); re-read for every
+	// fetch, so a rotated secret volume is picked up.
+	UsernameFile string `json:"usernameFile,omitempty"`
+	PasswordFile string `json:"passwordFile,omitempty"`
+	// Secret is a Secret in the cluster of cluster mode with the keys
+	// username and password.
+	Secret *SecretReference `json:"secret,omitempty"`
+}
+
+// SecretReference names a Secret.
+type SecretReference struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
 }
 
 // Cluster configures the connection to the cluster. Without kubeconfig and
@@ -220,6 +297,16 @@ const (
 	DefaultClusterServer = "https://kubernetes.default.svc"
 	// DefaultSyncServiceAccount is deputy's own sync identity.
 	DefaultSyncServiceAccount = "deputy-system/deputy"
+	// DefaultSyncCacheDir holds the sync engine's Git clones.
+	DefaultSyncCacheDir = ".deputy/repos"
+	// DefaultSyncParallelism is how many operations run at once.
+	DefaultSyncParallelism = 8
+	// DefaultSyncClusterName is the name of the cluster cluster mode
+	// registers for syncs when sync.clusters is empty (Argo CD's name).
+	DefaultSyncClusterName = "in-cluster"
+	// MaxSyncParallelism bounds sync.parallelism: each operation holds a Git
+	// checkout and rendered manifests in memory.
+	MaxSyncParallelism = 256
 )
 
 // Default returns the embedded default configuration: 127.0.0.1:8443,
@@ -261,6 +348,28 @@ func SetDefaults(c *DeputyConfiguration) {
 	}
 	if c.Logging.Format == "" {
 		c.Logging.Format = "text"
+	}
+	SetSyncDefaults(&c.Sync, c.Cluster)
+}
+
+// SetSyncDefaults fills the sync engine's defaults: impersonation enforced,
+// cache dir .deputy/repos, parallelism 8, and, in cluster mode without a
+// cluster registry, the cluster deputy reads registered as "in-cluster" at
+// https://kubernetes.default.svc.
+func SetSyncDefaults(s *Sync, cluster Cluster) {
+	if s.Impersonation.Enforced == nil {
+		t := true
+		s.Impersonation.Enforced = &t
+	}
+	if s.CacheDir == "" {
+		s.CacheDir = DefaultSyncCacheDir
+	}
+	if s.Parallelism == 0 {
+		s.Parallelism = DefaultSyncParallelism
+	}
+	if len(s.Clusters) == 0 && (cluster.Kubeconfig != "" || cluster.InCluster) {
+		s.Clusters = []SyncCluster{{Name: DefaultSyncClusterName, Server: DefaultClusterServer,
+			Kubeconfig: cluster.Kubeconfig, Context: cluster.Context, InCluster: cluster.InCluster}}
 	}
 }
 
@@ -406,6 +515,7 @@ func Validate(c *DeputyConfiguration) field.ErrorList {
 	default:
 		errs = append(errs, field.NotSupported(field.NewPath("logging", "format"), c.Logging.Format, []string{"text", "json"}))
 	}
+	errs = append(errs, validateSync(&c.Sync, c.Cluster, field.NewPath("sync"))...)
 	return errs
 }
 
@@ -490,4 +600,81 @@ func (p Impersonator) UserName() (string, error) {
 func validServiceAccountRef(s string) bool {
 	ns, name, ok := strings.Cut(s, "/")
 	return ok && ns != "" && name != "" && !strings.Contains(name, "/")
+}
+
+func validateSync(s *Sync, cluster Cluster, fld *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if strings.TrimSpace(s.CacheDir) == "" {
+		errs = append(errs, field.Required(fld.Child("cacheDir"), "set the directory for Git clones (--sync-cache-dir), e.g. "+DefaultSyncCacheDir))
+	}
+	if s.Parallelism < 1 || s.Parallelism > MaxSyncParallelism {
+		errs = append(errs, field.Invalid(fld.Child("parallelism"), s.Parallelism, fmt.Sprintf("must be between 1 and %d (--sync-parallelism)", MaxSyncParallelism)))
+	}
+	names, servers := map[string]int{}, map[string]int{}
+	for i, c := range s.Clusters {
+		f := fld.Child("clusters").Index(i)
+		switch {
+		case c.Name == "":
+			errs = append(errs, field.Required(f.Child("name"), "name the cluster as Applications do in destination.name, e.g. in-cluster"))
+		case len(validation.IsDNS1123Subdomain(c.Name)) > 0:
+			errs = append(errs, field.Invalid(f.Child("name"), c.Name, "must be a lower-case DNS-1123 name, e.g. in-cluster or prod-eu"))
+		default:
+			if j, dup := names[c.Name]; dup {
+				errs = append(errs, field.Duplicate(f.Child("name"), fmt.Sprintf("%s (also clusters[%d])", c.Name, j)))
+			} else {
+				names[c.Name] = i
+			}
+		}
+		if u, err := url.Parse(c.Server); c.Server == "" || err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			errs = append(errs, field.Invalid(f.Child("server"), c.Server, "must be the API server URL Applications use in destination.server, e.g. https://kubernetes.default.svc"))
+		} else if j, dup := servers[c.Server]; dup {
+			errs = append(errs, field.Duplicate(f.Child("server"), fmt.Sprintf("%s (also clusters[%d])", c.Server, j)))
+		} else {
+			servers[c.Server] = i
+		}
+		switch {
+		case c.InCluster && c.Kubeconfig != "":
+			errs = append(errs, field.Invalid(f.Child("inCluster"), true, "set either kubeconfig or inCluster, not both"))
+		case !c.InCluster && c.Kubeconfig == "":
+			errs = append(errs, field.Required(f.Child("kubeconfig"), "say how to connect: kubeconfig (and optionally context) or inCluster: true"))
+		}
+		if c.Context != "" && c.Kubeconfig == "" {
+			errs = append(errs, field.Invalid(f.Child("context"), c.Context, "a context needs kubeconfig: it names a context in that file"))
+		}
+	}
+	prefixes := map[string]int{}
+	for i, r := range s.Repositories {
+		f := fld.Child("repositories").Index(i)
+		if u, err := url.Parse(r.URL); r.URL == "" || err != nil || u.Scheme == "" || (u.Host == "" && u.Scheme != "file") {
+			errs = append(errs, field.Invalid(f.Child("url"), r.URL, "must be a repository URL prefix, e.g. https://github.com/example/"))
+		} else if j, dup := prefixes[r.URL]; dup {
+			errs = append(errs, field.Duplicate(f.Child("url"), fmt.Sprintf("%s (also repositories[%d])", r.URL, j)))
+		} else {
+			prefixes[r.URL] = i
+		}
+		files := r.UsernameFile != "" || r.PasswordFile != ""
+		switch {
+		case files && r.Secret != nil:
+			errs = append(errs, field.Invalid(f.Child("secret"), r.Secret.Namespace+"/"+r.Secret.Name, "set either usernameFile and passwordFile or secret, not both"))
+		case !files && r.Secret == nil:
+			errs = append(errs, field.Required(f, "set usernameFile and passwordFile, or secret (a Secret with the keys username and password)"))
+		case files && r.UsernameFile == "":
+			errs = append(errs, field.Required(f.Child("usernameFile"), "usernameFile and passwordFile must be set together (for a token, put any non-empty username in usernameFile)"))
+		case files && r.PasswordFile == "":
+			errs = append(errs, field.Required(f.Child("passwordFile"), "usernameFile and passwordFile must be set together"))
+		}
+		if r.Secret != nil {
+			sf := f.Child("secret")
+			if r.Secret.Namespace == "" {
+				errs = append(errs, field.Required(sf.Child("namespace"), "the Secret's namespace"))
+			}
+			if r.Secret.Name == "" {
+				errs = append(errs, field.Required(sf.Child("name"), "the Secret's name"))
+			}
+			if cluster.Kubeconfig == "" && !cluster.InCluster {
+				errs = append(errs, field.Invalid(sf, r.Secret.Namespace+"/"+r.Secret.Name, "a Secret is read from the cluster: it needs cluster mode (cluster.kubeconfig / --kubeconfig or cluster.inCluster / --in-cluster); in file mode use usernameFile and passwordFile"))
+			}
+		}
+	}
+	return errs
 }

@@ -94,3 +94,145 @@ func TestValidateReportsEveryErrorWithItsField(t *testing.T) {
 		t.Errorf("fields (-want +got):\n%s\nerrors: %v", diff, errs)
 	}
 }
+
+func TestSyncDefaults(t *testing.T) {
+	c := Default()
+	if c.Sync.Impersonation.Enabled || !c.Sync.Impersonation.IsEnforced() || c.Sync.CacheDir != ".deputy/repos" || c.Sync.Parallelism != 8 {
+		t.Errorf("sync defaults: %+v, want impersonation disabled and enforced (Argo CD's defaults), .deputy/repos, 8", c.Sync)
+	}
+	if len(c.Sync.Clusters) != 0 {
+		t.Errorf("file mode registers no cluster by default, got %+v", c.Sync.Clusters)
+	}
+	if (SyncImpersonation{}).IsEnforced() != true {
+		t.Error("an unset enforced must mean true")
+	}
+
+	inCluster := &DeputyConfiguration{Cluster: Cluster{Kubeconfig: "/kc", Context: "prod"}}
+	SetDefaults(inCluster)
+	want := []SyncCluster{{Name: "in-cluster", Server: "https://kubernetes.default.svc", Kubeconfig: "/kc", Context: "prod"}}
+	if diff := cmp.Diff(want, inCluster.Sync.Clusters); diff != "" {
+		t.Errorf("cluster mode registers the cluster it reads (-want +got):\n%s", diff)
+	}
+	if errs := Validate(inCluster); len(errs) > 0 {
+		t.Errorf("the defaulted cluster-mode configuration is invalid: %v", errs)
+	}
+
+	explicit := &DeputyConfiguration{Cluster: Cluster{InCluster: true}, Sync: Sync{Clusters: []SyncCluster{{Name: "prod", Server: "https://prod:6443", Kubeconfig: "/prod"}}}}
+	SetDefaults(explicit)
+	if len(explicit.Sync.Clusters) != 1 || explicit.Sync.Clusters[0].Name != "prod" {
+		t.Errorf("an explicit registry must be kept as is, got %+v", explicit.Sync.Clusters)
+	}
+}
+
+func TestDecodeSyncSection(t *testing.T) {
+	c, err := Decode("deputy.yaml", []byte(`apiVersion: config.deputy.dev/v1alpha1
+kind: DeputyConfiguration
+cluster: {inCluster: true}
+sync:
+  impersonation: {enabled: true, enforced: false}
+  clusters:
+  - {name: in-cluster, server: "https://kubernetes.default.svc", inCluster: true}
+  - {name: prod, server: "https://prod.example:6443", kubeconfig: /etc/deputy/prod.kubeconfig, context: admin}
+  repositories:
+  - {url: "https://github.com/example/", usernameFile: /creds/user, passwordFile: /creds/token}
+  - {url: "https://git.example/", secret: {namespace: deputy-system, name: git-creds}}
+  cacheDir: /var/cache/deputy
+  parallelism: 4
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	SetDefaults(c)
+	if errs := Validate(c); len(errs) > 0 {
+		t.Fatalf("valid sync section rejected: %v", errs)
+	}
+	if !c.Sync.Impersonation.Enabled || c.Sync.Impersonation.IsEnforced() || c.Sync.Parallelism != 4 || c.Sync.CacheDir != "/var/cache/deputy" ||
+		len(c.Sync.Clusters) != 2 || c.Sync.Repositories[1].Secret.Name != "git-creds" {
+		t.Errorf("decoded %+v", c.Sync)
+	}
+	if _, err := Decode("deputy.yaml", []byte("apiVersion: config.deputy.dev/v1alpha1\nkind: DeputyConfiguration\nsync: {paralelism: 3}\n")); err == nil || !strings.Contains(err.Error(), `unknown field "sync.paralelism"`) {
+		t.Errorf("err = %v, want the misspelt field named", err)
+	}
+}
+
+func TestValidateSync(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mutate func(c *DeputyConfiguration)
+		want   []string // "field: message fragment"
+	}{
+		{"parallelism below one is rejected", func(c *DeputyConfiguration) { c.Sync.Parallelism = -1 },
+			[]string{"sync.parallelism: Invalid value: -1: must be between 1 and 256"}},
+		{"parallelism above the bound is rejected", func(c *DeputyConfiguration) { c.Sync.Parallelism = 1000 },
+			[]string{"sync.parallelism: Invalid value: 1000"}},
+		{"a blank cache dir is rejected", func(c *DeputyConfiguration) { c.Sync.CacheDir = " " },
+			[]string{"sync.cacheDir: Required value"}},
+		{"a cluster needs a name, a server URL and a connection", func(c *DeputyConfiguration) {
+			c.Sync.Clusters = []SyncCluster{{}}
+		}, []string{
+			"sync.clusters[0].name: Required value",
+			"sync.clusters[0].server: Invalid value",
+			"sync.clusters[0].kubeconfig: Required value: say how to connect",
+		}},
+		{"a cluster connects one way only", func(c *DeputyConfiguration) {
+			c.Sync.Clusters = []SyncCluster{{Name: "a", Server: "https://a", Kubeconfig: "/kc", InCluster: true}, {Name: "b", Server: "https://b", InCluster: true, Context: "x"}}
+		}, []string{
+			"sync.clusters[0].inCluster: Invalid value: true: set either kubeconfig or inCluster, not both",
+			"sync.clusters[1].context: Invalid value: \"x\": a context needs kubeconfig",
+		}},
+		{"cluster names and servers are unique", func(c *DeputyConfiguration) {
+			c.Sync.Clusters = []SyncCluster{{Name: "a", Server: "https://a", InCluster: true}, {Name: "a", Server: "https://a", Kubeconfig: "/kc"}}
+		}, []string{
+			"sync.clusters[1].name: Duplicate value: \"a (also clusters[0])\"",
+			"sync.clusters[1].server: Duplicate value: \"https://a (also clusters[0])\"",
+		}},
+		{"a cluster name is a DNS name and a server is a URL", func(c *DeputyConfiguration) {
+			c.Sync.Clusters = []SyncCluster{{Name: "In Cluster", Server: "kubernetes.default.svc", InCluster: true}}
+		}, []string{
+			"sync.clusters[0].name: Invalid value: \"In Cluster\"",
+			"sync.clusters[0].server: Invalid value: \"kubernetes.default.svc\"",
+		}},
+		{"repository credentials need a URL and one source", func(c *DeputyConfiguration) {
+			c.Sync.Repositories = []RepositoryCredentials{{}, {URL: "https://a/", PasswordFile: "/p"}, {URL: "https://b/", UsernameFile: "/u", PasswordFile: "/p", Secret: &SecretReference{Namespace: "ns", Name: "s"}}}
+		}, []string{
+			"sync.repositories[0].url: Invalid value",
+			"sync.repositories[0]: Required value: set usernameFile and passwordFile, or secret",
+			"sync.repositories[1].usernameFile: Required value",
+			"sync.repositories[2].secret: Invalid value: \"ns/s\": set either usernameFile and passwordFile or secret, not both",
+			"sync.repositories[2].secret: Invalid value: \"ns/s\": a Secret is read from the cluster: it needs cluster mode",
+		}},
+		{"a Secret needs its namespace and name", func(c *DeputyConfiguration) {
+			c.Cluster.InCluster = true
+			c.Sync.Repositories = []RepositoryCredentials{{URL: "https://a/", Secret: &SecretReference{}}}
+		}, []string{
+			"sync.repositories[0].secret.namespace: Required value",
+			"sync.repositories[0].secret.name: Required value",
+		}},
+		{"repository URL prefixes are unique", func(c *DeputyConfiguration) {
+			c.Sync.Repositories = []RepositoryCredentials{{URL: "https://a/", UsernameFile: "/u", PasswordFile: "/p"}, {URL: "https://a/", UsernameFile: "/u", PasswordFile: "/p"}}
+		}, []string{"sync.repositories[1].url: Duplicate value: \"https://a/ (also repositories[0])\""}},
+		{"every problem is reported at once, next to the others", func(c *DeputyConfiguration) {
+			c.Listen = "nonsense"
+			c.Sync.Parallelism = 0
+			c.Sync.Clusters = []SyncCluster{{Name: "x", Server: "https://x"}}
+		}, []string{
+			"listen: Invalid value",
+			"sync.parallelism: Invalid value: 0",
+			"sync.clusters[0].kubeconfig: Required value",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Default()
+			tc.mutate(c)
+			errs := Validate(c)
+			if len(errs) != len(tc.want) {
+				t.Errorf("got %d errors, want %d:\n%v", len(errs), len(tc.want), errs)
+			}
+			for i, w := range tc.want {
+				if i < len(errs) && !strings.HasPrefix(errs[i].Error(), w) {
+					t.Errorf("error %d = %q, want it to start with %q", i, errs[i].Error(), w)
+				}
+			}
+		})
+	}
+}

@@ -12,7 +12,7 @@ import (
 )
 
 // crdFS holds the CustomResourceDefinitions shipped with deputy in crds/
-// (crds/deputy.dev_appprojects.yaml, deputy's AppProject) and, in testing/,
+// (deputy's AppProject and Application) and, in testing/,
 // a minimal Argo CD AppProject CRD for tests only: it lives apart so that
 // `kubectl apply -f manifests/crds/` can never replace a real Argo CD's CRD.
 //
@@ -28,6 +28,9 @@ const CRDDir = "crds"
 
 // DeputyAppProjectCRDFile is the file name of deputy's own AppProject CRD.
 const DeputyAppProjectCRDFile = "deputy.dev_appprojects.yaml"
+
+// DeputyApplicationCRDFile is the file name of deputy's own Application CRD.
+const DeputyApplicationCRDFile = "deputy.dev_applications.yaml"
 
 // ArgoCDAppProjectCRDFile is the file name of the minimal argoproj.io
 // AppProject CRD used by tests (spec preserved unvalidated).

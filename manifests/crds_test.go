@@ -10,8 +10,13 @@ import (
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsvalidation "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/validation"
+	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
+	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel"
 	schemavalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
 	"sigs.k8s.io/yaml"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
 
 	policyv1alpha1 "deputy.dev/deputy/policy/v1alpha1"
 )
@@ -40,7 +45,7 @@ func TestCRDFilesAreTheEmbeddedCRDs(t *testing.T) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	if diff := cmp.Diff([]string{DeputyAppProjectCRDFile}, names); diff != "" {
+	if diff := cmp.Diff([]string{DeputyApplicationCRDFile, DeputyAppProjectCRDFile}, names); diff != "" {
 		t.Errorf("CRDFiles names (-want +got):\n%s", diff)
 	}
 	if _, ok := TestingCRDFiles()[ArgoCDAppProjectCRDFile]; !ok {
@@ -118,15 +123,67 @@ func TestDeputyAppProjectCRDNames(t *testing.T) {
 func TestDeputyAppProjectSchemaMatchesGoType(t *testing.T) {
 	crd := crdsByName(t)["appprojects.deputy.dev"]
 	spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
+	// Every AppProject spec field is optional; the Go type says so with
+	// omitempty.
 	compareSchema(t, "spec", reflect.TypeFor[policyv1alpha1.AppProjectSpec](), spec)
 }
+
+// TestDeputyApplicationSchemaMatchesGoType does the same for the Application:
+// spec, operation and status, field for field.
+func TestDeputyApplicationSchemaMatchesGoType(t *testing.T) {
+	crd := crdsByName(t)["applications.deputy.dev"]
+	if crd == nil {
+		t.Fatal("no CRD applications.deputy.dev")
+	}
+	root := crd.Spec.Versions[0].Schema.OpenAPIV3Schema
+	typ := reflect.TypeFor[policyv1alpha1.Application]()
+	var fields []string
+	for f := range typ.Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" || name == "metadata" {
+			continue // TypeMeta (inline) and ObjectMeta are Kubernetes' own
+		}
+		fields = append(fields, name)
+		prop, ok := root.Properties[name]
+		if !ok {
+			t.Errorf("%s: in the Go type but not in the CRD schema", name)
+			continue
+		}
+		compareSchema(t, name, f.Type, prop)
+	}
+	if diff := cmp.Diff([]string{"spec", "operation", "status"}, fields); diff != "" {
+		t.Errorf("top-level fields (-want +got):\n%s", diff)
+	}
+	for name := range root.Properties {
+		if !contains(append(fields, "apiVersion", "kind", "metadata"), name) {
+			t.Errorf("%s: in the CRD schema but not in the Go type", name)
+		}
+	}
+	if diff := cmp.Diff([]string{"spec"}, root.Required); diff != "" {
+		t.Errorf("required top-level fields (-want +got):\n%s", diff)
+	}
+}
+
+var metav1TimeType = reflect.TypeFor[metav1.Time]()
 
 func compareSchema(t *testing.T, path string, typ reflect.Type, s apiextensionsv1.JSONSchemaProps) {
 	t.Helper()
 	if s.Description == "" {
 		t.Errorf("%s: no description", path)
 	}
+	if typ == metav1TimeType {
+		if s.Type != "string" || s.Format != "date-time" {
+			t.Errorf("%s: schema type %q format %q, want a date-time string (metav1.Time)", path, s.Type, s.Format)
+		}
+		return
+	}
 	switch typ.Kind() {
+	case reflect.Pointer:
+		compareSchema(t, path, typ.Elem(), s)
+	case reflect.Bool:
+		if s.Type != "boolean" {
+			t.Errorf("%s: schema type %q, want boolean", path, s.Type)
+		}
 	case reflect.String:
 		if s.Type != "string" {
 			t.Errorf("%s: schema type %q, want string", path, s.Type)
@@ -170,10 +227,6 @@ func compareSchema(t *testing.T, path string, typ reflect.Type, s apiextensionsv
 		sort.Strings(required)
 		got := append([]string(nil), s.Required...)
 		sort.Strings(got)
-		if path == "spec" {
-			// Every spec field is optional; the Go type says so with omitempty.
-			required = nil
-		}
 		if diff := cmp.Diff(required, got); diff != "" {
 			t.Errorf("%s: required fields (-Go non-omitempty +schema):\n%s", path, diff)
 		}
@@ -289,6 +342,160 @@ spec: {sourceRepos: "*"}
 			for _, s := range tt.wantErr {
 				if !strings.Contains(msg, s) {
 					t.Errorf("error %q does not mention %q", msg, s)
+				}
+			}
+		})
+	}
+}
+
+func TestDeputyApplicationCRDNamesAndStatusSubresource(t *testing.T) {
+	crd := crdsByName(t)["applications.deputy.dev"]
+	if crd == nil {
+		t.Fatal("no CRD applications.deputy.dev")
+	}
+	if crd.Spec.Group != policyv1alpha1.Group || crd.Spec.Names.Kind != policyv1alpha1.KindApplication ||
+		crd.Spec.Names.Plural != "applications" || crd.Spec.Scope != apiextensionsv1.NamespaceScoped {
+		t.Errorf("names %+v, group %q, scope %q", crd.Spec.Names, crd.Spec.Group, crd.Spec.Scope)
+	}
+	if len(crd.Spec.Versions) != 1 || crd.Spec.Versions[0].Name != policyv1alpha1.Version || !crd.Spec.Versions[0].Served || !crd.Spec.Versions[0].Storage {
+		t.Fatalf("versions %+v, want v1alpha1 served and stored", crd.Spec.Versions)
+	}
+	if sr := crd.Spec.Versions[0].Subresources; sr == nil || sr.Status == nil {
+		t.Error("no status subresource: deputy writes status through it, users write spec")
+	}
+}
+
+// applicationValidator validates objects as kube-apiserver would against the
+// Application CRD: the OpenAPI schema, then its CEL rules.
+func applicationValidator(t *testing.T) func(obj map[string]any) []string {
+	t.Helper()
+	crd := crdsByName(t)["applications.deputy.dev"]
+	internal := &apiextensions.JSONSchemaProps{}
+	if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(crd.Spec.Versions[0].Schema.OpenAPIV3Schema, internal, nil); err != nil {
+		t.Fatal(err)
+	}
+	validator, _, err := schemavalidation.NewSchemaValidator(internal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	structural, err := structuralschema.NewStructural(internal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	celValidator := cel.NewValidator(structural, true, celconfig.PerCallLimit)
+	return func(obj map[string]any) []string {
+		var msgs []string
+		for _, e := range schemavalidation.ValidateCustomResource(nil, obj, validator) {
+			msgs = append(msgs, e.Error())
+		}
+		errs, _ := celValidator.Validate(t.Context(), nil, structural, obj, nil, celconfig.RuntimeCELCostBudget)
+		for _, e := range errs {
+			msgs = append(msgs, e.Error())
+		}
+		return msgs
+	}
+}
+
+func TestDeputyApplicationSchemaValidatesObjects(t *testing.T) {
+	validate := applicationValidator(t)
+	tests := []struct {
+		name    string
+		object  string
+		wantErr []string
+	}{
+		{
+			name: "an Application using every field is valid",
+			object: `
+apiVersion: deputy.dev/v1alpha1
+kind: Application
+metadata: {name: guestbook, namespace: guestbook}
+spec:
+  project: guestbook
+  source: {repoURL: "https://github.com/argoproj/argocd-example-apps", path: guestbook, targetRevision: HEAD}
+  destination: {server: "https://kubernetes.default.svc", namespace: guestbook}
+  syncPolicy:
+    automated: {prune: true, selfHeal: true}
+    syncOptions: [CreateNamespace=true]
+operation:
+  sync: {revision: main, prune: true, dryRun: false}
+  initiatedBy: {username: alice}
+status:
+  sync: {status: Synced, revision: 0123abc}
+  operationState:
+    operation: {sync: {revision: main}, initiatedBy: {username: alice}}
+    phase: Succeeded
+    message: successfully synced
+    identity: system:serviceaccount:guestbook:guestbook-deployer
+    startedAt: "2026-01-02T03:04:05Z"
+    finishedAt: "2026-01-02T03:04:09Z"
+    syncResult:
+      revision: 0123abc
+      resources:
+      - {group: apps, version: v1, kind: Deployment, namespace: guestbook, name: web, status: Synced, message: created}
+`,
+		},
+		{
+			name:    "a destination by name is valid",
+			object:  "apiVersion: deputy.dev/v1alpha1\nkind: Application\nmetadata: {name: a}\nspec: {project: p, source: {repoURL: r}, destination: {name: in-cluster}}\n",
+			wantErr: nil,
+		},
+		{
+			name:    "an Application without spec is rejected",
+			object:  "apiVersion: deputy.dev/v1alpha1\nkind: Application\nmetadata: {name: a}\n",
+			wantErr: []string{"spec: Required value"},
+		},
+		{
+			name:    "project, source and destination are required",
+			object:  "apiVersion: deputy.dev/v1alpha1\nkind: Application\nmetadata: {name: a}\nspec: {}\n",
+			wantErr: []string{"spec.project: Required value", "spec.source: Required value", "spec.destination: Required value"},
+		},
+		{
+			name:    "an empty project or repoURL is rejected",
+			object:  "apiVersion: deputy.dev/v1alpha1\nkind: Application\nmetadata: {name: a}\nspec: {project: '', source: {repoURL: ''}, destination: {server: https://x}}\n",
+			wantErr: []string{"spec.project: Invalid value", "spec.source.repoURL: Invalid value"},
+		},
+		{
+			name:    "a destination without server and name is rejected by the CEL rule",
+			object:  "apiVersion: deputy.dev/v1alpha1\nkind: Application\nmetadata: {name: a}\nspec: {project: p, source: {repoURL: r}, destination: {namespace: ns}}\n",
+			wantErr: []string{"spec.destination: Invalid value", "exactly one"},
+		},
+		{
+			name:    "a destination with server and name is rejected by the CEL rule",
+			object:  "apiVersion: deputy.dev/v1alpha1\nkind: Application\nmetadata: {name: a}\nspec: {project: p, source: {repoURL: r}, destination: {server: https://x, name: y}}\n",
+			wantErr: []string{"spec.destination: Invalid value", "exactly one"},
+		},
+		{
+			name:    "an unknown phase is rejected",
+			object:  "apiVersion: deputy.dev/v1alpha1\nkind: Application\nmetadata: {name: a}\nspec: {project: p, source: {repoURL: r}, destination: {name: y}}\nstatus: {operationState: {operation: {}, phase: Done, startedAt: '2026-01-02T03:04:05Z'}}\n",
+			wantErr: []string{"status.operationState.phase: Unsupported value"},
+		},
+		{
+			name:    "prune is a boolean",
+			object:  "apiVersion: deputy.dev/v1alpha1\nkind: Application\nmetadata: {name: a}\nspec: {project: p, source: {repoURL: r}, destination: {name: y}}\noperation: {sync: {prune: 'yes'}}\n",
+			wantErr: []string{"operation.sync.prune: Invalid value"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var obj map[string]any
+			if err := yaml.Unmarshal([]byte(tt.object), &obj); err != nil {
+				t.Fatal(err)
+			}
+			msgs := validate(obj)
+			if tt.wantErr == nil {
+				if len(msgs) > 0 {
+					t.Errorf("valid object rejected: %v", msgs)
+				}
+				var a policyv1alpha1.Application
+				if err := yaml.UnmarshalStrict([]byte(tt.object), &a); err != nil {
+					t.Errorf("object does not decode strictly into policy/v1alpha1.Application: %v", err)
+				}
+				return
+			}
+			joined := strings.Join(msgs, "\n")
+			for _, s := range tt.wantErr {
+				if !strings.Contains(joined, s) {
+					t.Errorf("errors do not mention %q:\n%s", s, joined)
 				}
 			}
 		})

@@ -15,5 +15,6 @@ func ExampleCRDs() {
 		fmt.Println(crd.Name, crd.Spec.Versions[0].Name)
 	}
 	// Output:
+	// applications.deputy.dev v1alpha1
 	// appprojects.deputy.dev v1alpha1
 }

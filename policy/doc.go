@@ -1,6 +1,6 @@
 // Package policy owns deputy's object model and where it comes from: RBAC
 // objects (Role, ClusterRole, RoleBinding, ClusterRoleBinding), AppProjects of
-// argoproj.io and deputy.dev, static token files, and the immutable, indexed
+// argoproj.io and deputy.dev, deputy.dev Applications, static token files, and the immutable, indexed
 // Snapshot that the authorizer and the token reviewer read on every request.
 //
 // Sources build a new Snapshot and swap it in atomically; a source that fails to

@@ -87,18 +87,21 @@ type Project struct {
 
 // Objects is the decoded content of a set of policy files.
 type Objects struct {
-	RBAC     RBACObjects
-	Projects []Project
-	Tokens   []TokenEntry
+	RBAC         RBACObjects
+	Projects     []Project
+	Applications []Application
+	Tokens       []TokenEntry
 }
 
 // Decode parses files into Objects. YAML files may hold many documents
 // separated by "---" lines and `kind: List` documents; supported kinds are
 // rbac.authorization.k8s.io/v1 Role, ClusterRole, RoleBinding,
-// ClusterRoleBinding, and AppProject of deputy.dev/v1alpha1 and
-// argoproj.io/v1alpha1. RBAC objects and deputy.dev AppProjects are decoded
-// strictly (unknown or duplicate fields are errors, field names are
-// case-sensitive) and validated as kube-apiserver would; argoproj.io
+// ClusterRoleBinding, AppProject of deputy.dev/v1alpha1 and
+// argoproj.io/v1alpha1, and Application of deputy.dev/v1alpha1. RBAC objects
+// and deputy.dev AppProjects and Applications are decoded strictly (unknown or
+// duplicate fields are errors, field names are case-sensitive) and validated
+// (RBAC objects as kube-apiserver would, Applications by
+// ValidateApplication); argoproj.io
 // AppProjects are decoded leniently because Argo CD's type has many fields deputy
 // does not read. .csv files are static token files (ParseTokenFile).
 //
@@ -335,8 +338,17 @@ func (d *decoder) decodeObject(data []byte, loc DocumentError) {
 				d.objs.Projects = append(d.objs.Projects, Project{Group: group, Object: &o, Source: where})
 			})
 		}
+	case "deputy.dev/v1alpha1/Application":
+		var o v1alpha1.Application
+		if d.strict(data, &o, loc) {
+			d.add(loc, "deputy.dev/Application", o.Namespace, o.Name, ValidateApplication(&o), func() {
+				d.objs.Applications = append(d.objs.Applications, Application{Object: &o, Source: where})
+			})
+		}
+	case "argoproj.io/v1alpha1/Application":
+		d.fail(loc, errors.New("an argoproj.io Application is Argo CD's: deputy syncs deputy.dev/v1alpha1 Applications; change apiVersion to deputy.dev/v1alpha1"))
 	default:
-		d.fail(loc, fmt.Errorf("unsupported apiVersion/kind %s %s: policy files hold rbac.authorization.k8s.io/v1 Role, ClusterRole, RoleBinding, ClusterRoleBinding and AppProject of deputy.dev/v1alpha1 or argoproj.io/v1alpha1", tm.APIVersion, tm.Kind))
+		d.fail(loc, fmt.Errorf("unsupported apiVersion/kind %s %s: policy files hold rbac.authorization.k8s.io/v1 Role, ClusterRole, RoleBinding, ClusterRoleBinding, AppProject of deputy.dev/v1alpha1 or argoproj.io/v1alpha1, and Application of deputy.dev/v1alpha1", tm.APIVersion, tm.Kind))
 	}
 }
 

@@ -16,6 +16,9 @@ type Snapshot struct {
 	RBAC *RBAC
 	// Projects are the AppProjects of both groups, in load order.
 	Projects []Project
+	// Applications are the deputy.dev Applications, in load order (file
+	// mode; look one up with Application).
+	Applications []Application
 	// Tokens is the static token set (nil when there is none).
 	Tokens *TokenSet
 	// Files are the files the snapshot was built from.
@@ -24,6 +27,8 @@ type Snapshot struct {
 	Digest string
 	// LoadedAt is when the snapshot was built.
 	LoadedAt time.Time
+
+	applications map[string]*Application // namespace/name -> Applications entry
 }
 
 // Build indexes decoded objects into a Snapshot. aggregate says whether
@@ -42,7 +47,8 @@ func Build(objs *Objects, aggregate bool) (*Snapshot, error) {
 			return nil, err
 		}
 	}
-	return &Snapshot{RBAC: rbac, Projects: objs.Projects, Tokens: tokens, LoadedAt: time.Now()}, nil
+	return &Snapshot{RBAC: rbac, Projects: objs.Projects, Applications: objs.Applications, Tokens: tokens, LoadedAt: time.Now(),
+		applications: indexApplications(objs.Applications)}, nil
 }
 
 // Load decodes files and builds a Snapshot from them: Decode then Build, with

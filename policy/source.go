@@ -133,7 +133,7 @@ func (s *FileSource) Load() error {
 	s.status.Store(&Status{Loaded: true, LastAttempt: now, LastSuccess: now, Files: len(snap.Files), Digest: snap.Digest})
 	roles, clusterRoles, rbs, crbs := snap.RBAC.Counts()
 	s.log.Info("policy loaded", "files", len(snap.Files), "roles", roles, "clusterRoles", clusterRoles,
-		"roleBindings", rbs, "clusterRoleBindings", crbs, "appProjects", len(snap.Projects), "tokens", snap.Tokens.Len())
+		"roleBindings", rbs, "clusterRoleBindings", crbs, "appProjects", len(snap.Projects), "applications", len(snap.Applications), "tokens", snap.Tokens.Len())
 	for _, f := range s.listeners {
 		f(snap)
 	}

@@ -1,7 +1,11 @@
 // Package webhook is deputy's HTTPS front: the server (TLS with certificate hot
 // reload, client-certificate authentication, graceful shutdown), routing, the
 // three review endpoints (/authorize SubjectAccessReview, /authenticate
-// TokenReview, /validate AdmissionReview), health, readiness and metrics.
+// TokenReview, /validate AdmissionReview), deputy's own API under
+// /apis/deputy.dev/v1alpha1 (sync trigger, Application status, progress
+// watch; callers authenticated by k8s.io/apiserver's token and x509
+// authenticators and authorized by deputy's authorizer) and its client,
+// health, readiness and metrics.
 //
 // All review endpoints share one hardened transport: POST only, body limits
 // as named constants (413), application/json only (415), decoding of the

@@ -11,7 +11,8 @@ import (
 )
 
 // Metrics are deputy's Prometheus metrics, registered on their own registry
-// (no global state). Endpoint label values: authorize, authenticate, validate.
+// (no global state). Endpoint label values: authorize, authenticate, validate,
+// api (deputy's own API).
 type Metrics struct {
 	Registry *prometheus.Registry
 

@@ -9,10 +9,15 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 
+	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
 	"k8s.io/apiserver/pkg/authorization/union"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -21,6 +26,8 @@ import (
 	"deputy.dev/deputy/config"
 	"deputy.dev/deputy/examples"
 	"deputy.dev/deputy/policy"
+	"deputy.dev/deputy/policy/v1alpha1"
+	"deputy.dev/deputy/syncer"
 	"deputy.dev/deputy/tokenreview"
 )
 
@@ -123,6 +130,7 @@ func Run(ctx context.Context, cfg *config.DeputyConfiguration, log *slog.Logger,
 	}
 
 	var clientAuth *ClientCertAuth
+	var clientCAVerify x509request.VerifyOptionFunc
 	if clientCA != "" {
 		ca, err := dynamiccertificates.NewDynamicCAContentFromFile("client-ca", clientCA)
 		if err != nil {
@@ -130,6 +138,7 @@ func Run(ctx context.Context, cfg *config.DeputyConfiguration, log *slog.Logger,
 		}
 		go ca.Run(runCtx, 1)
 		clientAuth = NewClientCertAuth(ca.VerifyOptions, allowedNames, log)
+		clientCAVerify = ca.VerifyOptions
 	}
 
 	decision, err := authorizer.ParseDefaultDecision(cfg.Authorization.DefaultDecision)
@@ -149,9 +158,29 @@ func Run(ctx context.Context, cfg *config.DeputyConfiguration, log *slog.Logger,
 	if err != nil {
 		return err
 	}
-	reviewer := tokenreview.NewReviewer(
-		tokenreview.NewChain(cfg.Authentication.APIAudiences, func() *policy.TokenSet { return source.Current().TokenSetOf() }),
-		cfg.Authentication.APIAudiences)
+	tokens := tokenreview.NewChain(cfg.Authentication.APIAudiences, func() *policy.TokenSet { return source.Current().TokenSetOf() })
+	reviewer := tokenreview.NewReviewer(tokens, cfg.Authentication.APIAudiences)
+
+	// Syncs: the operations queue over the sync engine, triggered through
+	// deputy's own API, whose callers are authenticated by the same token
+	// chain (and client certificates of the client CA) and authorized by the
+	// same authorizer as /authorize.
+	ops := syncer.NewOperations(newSyncRunner(cfg, log), syncer.OperationsOptions{Workers: cfg.Sync.Parallelism, Logger: log})
+	defer func() {
+		drainCtx, cancel := context.WithTimeout(context.Background(), cfg.Shutdown.GracePeriod.Duration)
+		defer cancel()
+		if err := ops.Shutdown(drainCtx); err != nil {
+			log.Error("sync operations did not finish before shutdown", "error", err.Error())
+		}
+	}()
+	api := NewAPIHandler(APIOptions{
+		Authenticator: NewAPIAuthenticator(tokens, clientCAVerify),
+		APIAudiences:  cfg.Authentication.APIAudiences,
+		Authorizer:    authz,
+		Applications:  SnapshotApplications(source.Current),
+		Operations:    ops,
+		Log:           log,
+	})
 
 	minTLS := uint16(tls.VersionTLS12)
 	if cfg.TLS.MinVersion == "VersionTLS13" {
@@ -173,6 +202,7 @@ func Run(ctx context.Context, cfg *config.DeputyConfiguration, log *slog.Logger,
 				}
 				return u.GetName(), true
 			}},
+		API:           api,
 		Validate:      NewValidateHandler(NewValidator(NewAppProjectValidator(true), NewImpersonationRBACValidator(cfg.Authorization.Impersonation.GateRBAC)), metrics, log),
 		Readiness:     readiness,
 		Metrics:       metrics,
@@ -266,4 +296,125 @@ func clusterReady(s *policy.ClusterSource) func() error {
 func fileExists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
+}
+
+// newSyncRunner builds the sync engine from the configuration's sync
+// section. An engine that cannot be built (its cache directory cannot be
+// created, a Secret client cannot be made) does not stop deputy from serving
+// its webhooks: every operation then fails with the reason, and the error is
+// logged at start.
+func newSyncRunner(cfg *config.DeputyConfiguration, log *slog.Logger) syncer.Runner {
+	creds := make([]syncer.RepoCredential, 0, len(cfg.Sync.Repositories))
+	needSecrets := false
+	for _, r := range cfg.Sync.Repositories {
+		c := syncer.RepoCredential{URL: r.URL, UsernameFile: r.UsernameFile, PasswordFile: r.PasswordFile}
+		if r.Secret != nil {
+			c.Secret = &syncer.SecretRef{Namespace: r.Secret.Namespace, Name: r.Secret.Name}
+			needSecrets = true
+		}
+		creds = append(creds, c)
+	}
+	var secrets syncer.SecretGetter
+	if needSecrets {
+		// config.Validate requires cluster mode for Secret credentials.
+		restCfg, err := ClusterRESTConfig(cfg.Cluster)
+		if err == nil {
+			var cs kubernetes.Interface
+			if cs, err = kubernetes.NewForConfig(restCfg); err == nil {
+				secrets = syncer.SecretsFromClient(cs)
+			}
+		}
+		if err != nil {
+			log.Error("sync engine not available: cannot read repository Secrets", "error", err.Error())
+			return unavailableRunner{reason: "cannot read the repository credential Secrets: " + err.Error()}
+		}
+	}
+	engine, err := syncer.NewEngine(syncer.EngineOptions{
+		Clusters:        newSyncClusters(cfg.Sync.Clusters, log),
+		Impersonation:   syncer.ImpersonationSettings{Enabled: cfg.Sync.Impersonation.Enabled, Enforced: cfg.Sync.Impersonation.IsEnforced()},
+		RepoCredentials: creds,
+		Secrets:         secrets,
+		CacheDir:        cfg.Sync.CacheDir,
+		Logger:          logr.FromSlogHandler(log.Handler()),
+	})
+	if err != nil {
+		log.Error("sync engine not available", "error", err.Error())
+		return unavailableRunner{reason: err.Error()}
+	}
+	return engine
+}
+
+// unavailableRunner ends every operation at once with an Error phase naming
+// why the sync engine could not be built.
+type unavailableRunner struct{ reason string }
+
+func (u unavailableRunner) Run(_ context.Context, req syncer.Request, _ syncer.Progress) *v1alpha1.OperationState {
+	now := metav1.Now()
+	return &v1alpha1.OperationState{
+		Operation:  v1alpha1.Operation{Sync: req.Sync.DeepCopy(), InitiatedBy: req.InitiatedBy},
+		Phase:      v1alpha1.OperationError,
+		Message:    "sync engine not available: " + u.reason + " (see deputy's log at start)",
+		StartedAt:  now,
+		FinishedAt: &now,
+	}
+}
+
+// syncClusters is the cluster registry of sync.clusters for the engine:
+// destination names resolve to server URLs, server URLs to deputy's own
+// client configuration for that cluster. Configurations are loaded once at
+// start; a cluster whose kubeconfig does not load fails the syncs to it with
+// that error instead of stopping deputy.
+type syncClusters struct {
+	names   map[string]string // name -> server
+	configs map[string]clusterConfig
+	known   string // for messages
+}
+
+type clusterConfig struct {
+	cfg *rest.Config
+	err error
+}
+
+func normalizeServer(s string) string { return strings.TrimRight(s, "/") }
+
+func newSyncClusters(clusters []config.SyncCluster, log *slog.Logger) *syncClusters {
+	r := &syncClusters{names: map[string]string{}, configs: map[string]clusterConfig{}}
+	var known []string
+	for _, c := range clusters {
+		server := normalizeServer(c.Server)
+		r.names[c.Name] = server
+		restCfg, err := ClusterRESTConfig(config.Cluster{Kubeconfig: c.Kubeconfig, Context: c.Context, InCluster: c.InCluster})
+		if err != nil {
+			err = fmt.Errorf("sync.clusters %q: %w", c.Name, err)
+			log.Error("cluster of the sync registry unusable; syncs to it will fail", "cluster", c.Name, "server", c.Server, "error", err.Error())
+		}
+		r.configs[server] = clusterConfig{cfg: restCfg, err: err}
+		known = append(known, c.Name+" ("+server+")")
+	}
+	r.known = strings.Join(known, ", ")
+	if r.known == "" {
+		r.known = "none: add the cluster to sync.clusters in deputy's configuration"
+	}
+	return r
+}
+
+// ServerForName implements syncer.Clusters.
+func (r *syncClusters) ServerForName(_ context.Context, name string) (string, error) {
+	server, ok := r.names[name]
+	if !ok {
+		return "", fmt.Errorf("cluster %q is not registered with deputy (registered: %s)", name, r.known)
+	}
+	return server, nil
+}
+
+// RESTConfig implements syncer.Clusters.
+func (r *syncClusters) RESTConfig(_ context.Context, server string) (*rest.Config, error) {
+	c, ok := r.configs[normalizeServer(server)]
+	if !ok {
+		return nil, fmt.Errorf("cluster %s is not registered with deputy (registered: %s)", server, r.known)
+	}
+	if c.err != nil {
+		return nil, c.err
+	}
+	return rest.CopyConfig(c.cfg), nil
 }

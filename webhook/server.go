@@ -32,6 +32,10 @@ type ServerOptions struct {
 	Authorize    http.Handler
 	Authenticate http.Handler
 	Validate     http.Handler
+	// API, when set, serves deputy's own API under APIPrefix. It
+	// authenticates its callers itself (tokens or client certificates of any
+	// name the client CA signed), so ClientAuth does not guard it.
+	API *APIHandler
 
 	// Readiness checks, besides the server's own "shutdown" check.
 	Readiness []ReadinessCheck
@@ -78,6 +82,9 @@ func (s *Server) Handler() http.Handler {
 	}
 	if o.Validate != nil {
 		r.Handle("/validate", o.Metrics.instrument("validate", guard(o.Validate, o.RequireClientCertForValidate)))
+	}
+	if o.API != nil {
+		r.Handle(APIPrefix+"/*", o.Metrics.instrument("api", o.API))
 	}
 	r.Get("/healthz", healthz)
 	r.Get("/livez", healthz)
@@ -135,6 +142,10 @@ func (s *Server) Run(ctx context.Context) error {
 		MaxHeaderBytes:    1 << 20,
 		ConnContext:       func(ctx context.Context, c net.Conn) context.Context { return ConnContext(ctx, c) },
 		ErrorLog:          slog.NewLogLogger(o.Log.Handler(), slog.LevelDebug),
+	}
+	if o.API != nil {
+		// Watch streams last as long as a sync; end them when draining starts.
+		srv.RegisterOnShutdown(o.API.CloseStreams)
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ServeTLS(ln, "", "") }()

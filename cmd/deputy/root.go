@@ -46,6 +46,7 @@ func newRootCommand(serve serveFunc) *cobra.Command {
 		newConfigCommand(),
 		newCanICommand(),
 		newValidateCommand(),
+		newSyncCommand(),
 		newVersionCommand(),
 	)
 	return root

@@ -47,6 +47,11 @@ type serveFlags struct {
 	kubeconfig      string
 	kubeContext     string
 	inCluster       bool
+
+	syncImpersonationEnabled  bool
+	syncImpersonationEnforced bool
+	syncCacheDir              string
+	syncParallelism           int
 }
 
 func newServeCommand(run serveFunc) *cobra.Command {
@@ -60,6 +65,10 @@ AdmissionReview (/validate) over HTTPS, plus /healthz, /readyz and /metrics.
 Without flags deputy uses its embedded default: 127.0.0.1:8443, development
 certificates generated under .deputy/certs, kube-apiserver client certificates
 from that CA, and the example policy built into the binary.
+
+It also serves deputy's own API under /apis/deputy.dev/v1alpha1: syncs of
+Applications (deputy sync), run by the sync engine as configured in the
+config file's sync section (--sync-* flags).
 
 With --kubeconfig or --in-cluster deputy also reads the cluster's RBAC objects
 and AppProjects through informers (cluster mode) for its impersonation gate;
@@ -97,6 +106,10 @@ DeputyConfiguration, see docs/configuration.md).`,
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "cluster mode: kubeconfig of the cluster whose RBAC objects and AppProjects deputy reads")
 	fs.StringVar(&f.kubeContext, "context", "", "cluster mode: kubeconfig context to use (default: its current context)")
 	fs.BoolVar(&f.inCluster, "in-cluster", false, "cluster mode with the Pod's ServiceAccount (instead of --kubeconfig)")
+	fs.BoolVar(&f.syncImpersonationEnabled, "sync-impersonation-enabled", false, "syncs impersonate the ServiceAccount their AppProject derives (default false, as in Argo CD)")
+	fs.BoolVar(&f.syncImpersonationEnforced, "sync-impersonation-enforced", true, "with impersonation enabled, fail a sync no destinationServiceAccounts entry matches (false: run it as deputy and say so)")
+	fs.StringVar(&f.syncCacheDir, "sync-cache-dir", "", "directory of the sync engine's Git clones (default "+config.DefaultSyncCacheDir+")")
+	fs.IntVar(&f.syncParallelism, "sync-parallelism", 0, fmt.Sprintf("sync operations that run at once; 0 keeps the default %d", config.DefaultSyncParallelism))
 	return cmd
 }
 
@@ -168,6 +181,19 @@ func resolveServeConfig(cmd *cobra.Command, f *serveFlags) (*config.DeputyConfig
 	}
 	if changed("in-cluster") {
 		cfg.Cluster.InCluster = f.inCluster
+	}
+	if changed("sync-impersonation-enabled") {
+		cfg.Sync.Impersonation.Enabled = f.syncImpersonationEnabled
+	}
+	if changed("sync-impersonation-enforced") {
+		enforced := f.syncImpersonationEnforced
+		cfg.Sync.Impersonation.Enforced = &enforced
+	}
+	if changed("sync-cache-dir") {
+		cfg.Sync.CacheDir = f.syncCacheDir
+	}
+	if changed("sync-parallelism") {
+		cfg.Sync.Parallelism = f.syncParallelism
 	}
 	cfg.APIVersion, cfg.Kind = config.APIVersion, config.Kind
 	config.SetDefaults(cfg)

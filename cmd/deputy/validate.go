@@ -28,8 +28,8 @@ policy would load, 1 otherwise. Use it in CI before shipping a policy change.`,
 				return exitError{code: 1}
 			}
 			roles, clusterRoles, rbs, crbs := snap.RBAC.Counts()
-			fmt.Fprintf(out, "ok: %d files, %d Roles, %d ClusterRoles, %d RoleBindings, %d ClusterRoleBindings, %d AppProjects, %d tokens\n",
-				len(snap.Files), roles, clusterRoles, rbs, crbs, len(snap.Projects), snap.Tokens.Len())
+			fmt.Fprintf(out, "ok: %d files, %d Roles, %d ClusterRoles, %d RoleBindings, %d ClusterRoleBindings, %d AppProjects, %d Applications, %d tokens\n",
+				len(snap.Files), roles, clusterRoles, rbs, crbs, len(snap.Projects), len(snap.Applications), snap.Tokens.Len())
 			for _, b := range snap.RBAC.UnresolvedBindings() {
 				kind, name := "ClusterRoleBinding", b.Name
 				if b.Namespace != "" {
@@ -41,6 +41,12 @@ policy would load, 1 otherwise. Use it in CI before shipping a policy change.`,
 				_, warnings := policy.ValidateAppProject(p.Object)
 				for _, w := range warnings {
 					fmt.Fprintf(out, "warning: %s AppProject %s/%s: %s\n", p.Source, p.Object.Namespace, p.Object.Name, w)
+				}
+			}
+			for _, a := range snap.Applications {
+				if snap.DeputyAppProject(a.Object.Namespace, a.Object.Spec.Project) == nil {
+					fmt.Fprintf(out, "warning: %s Application %s/%s: AppProject %q not found: an Application is governed by the deputy.dev AppProject named spec.project in its own namespace (%s); its syncs fail until it exists\n",
+						a.Source, a.Object.Namespace, a.Object.Name, a.Object.Spec.Project, a.Object.Namespace)
 				}
 			}
 			return nil

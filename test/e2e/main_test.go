@@ -24,6 +24,8 @@ var (
 	work   string
 	// extraPolicy is a second, watched policy directory the tests write into.
 	extraPolicy string
+	// auditLog is kube-apiserver's audit log (JSON lines, every write).
+	auditLog string
 )
 
 // deputyConfig is the e2e DeputyConfiguration: Argo CD's application
@@ -96,9 +98,18 @@ func run(m *testing.M) int {
 			fmt.Fprintln(os.Stderr, "stopping deputy:", err)
 		}
 	}()
+	// Every write is audited (Metadata level), so that tests can see who
+	// made it and whom it impersonated.
+	auditPolicy, err := framework.WriteAuditPolicy(work)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	auditLog = filepath.Join(work, "audit.log")
 	cp, err = framework.StartControlPlane(ctx, framework.ControlPlaneOptions{
 		DeputyBin: bin, DeputyURL: deputy.URL, CertDir: certDir, WorkDir: work,
-		ConfigArgs: []string{"--authorized-ttl", "1s", "--unauthorized-ttl", "1s"},
+		ConfigArgs:    []string{"--authorized-ttl", "1s", "--unauthorized-ttl", "1s"},
+		APIServerArgs: map[string]string{"audit-policy-file": auditPolicy, "audit-log-path": auditLog},
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

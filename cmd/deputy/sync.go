@@ -1,0 +1,243 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"deputy.dev/deputy/certs"
+	"deputy.dev/deputy/config"
+	"deputy.dev/deputy/policy/v1alpha1"
+	"deputy.dev/deputy/syncer"
+	"deputy.dev/deputy/webhook"
+)
+
+// tokenEnv holds a bearer token for `deputy sync`, the alternative to
+// --token-file (for CI, where the token is a masked variable).
+const tokenEnv = "DEPUTY_TOKEN"
+
+// defaultServer is where `deputy serve` listens by default.
+const defaultServer = "https://" + config.DefaultListen
+
+type syncFlags struct {
+	dryRun     bool
+	prune      bool
+	revision   string
+	wait       bool
+	output     string
+	server     string
+	tokenFile  string
+	clientCert string
+	clientKey  string
+	caCert     string
+}
+
+func newSyncCommand() *cobra.Command {
+	var f syncFlags
+	cmd := &cobra.Command{
+		Use:   "sync NAMESPACE/NAME [--dry-run] [--prune] [--revision R] [--wait] [-o json] [--server URL] [--token-file F | --client-cert F --client-key F] [--cacert F]",
+		Short: "Start a sync of an Application through deputy's API, and follow it",
+		Long: `Ask a running deputy to sync the Application NAMESPACE/NAME, with deputy's
+own engine, as the ServiceAccount the Application's AppProject derives.
+
+With --wait, follow the operation: one line per resource (kind, name, result),
+then the phase and the identity the cluster saw. Exit code 0 means the sync
+succeeded, 1 anything else.
+
+Credentials, first found: --token-file, --client-cert/--client-key, the
+environment variable DEPUTY_TOKEN, else the development client certificate
+under .deputy/certs (what deputy serve generates), so that the embedded
+default works out of the box. The caller needs, in deputy's policy, verb
+create on applications/sync (group deputy.dev) in the namespace, and get on
+applications to follow it.`,
+		Example: `  deputy sync guestbook/guestbook --wait
+  deputy sync guestbook/guestbook --dry-run --prune --wait
+  DEPUTY_TOKEN=... deputy sync guestbook/guestbook --server https://deputy.example:8443 --cacert ca.crt --wait -o json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runSync(cmd, args[0], &f)
+		},
+	}
+	fs := cmd.Flags()
+	fs.BoolVar(&f.dryRun, "dry-run", false, "send every write with dryRun=All: nothing changes in the cluster")
+	fs.BoolVar(&f.prune, "prune", false, "delete tracked objects that are no longer in Git")
+	fs.StringVar(&f.revision, "revision", "", "sync this branch, tag or commit instead of the Application's targetRevision")
+	fs.BoolVar(&f.wait, "wait", false, "follow the operation and exit 0 only if it succeeded")
+	fs.StringVarP(&f.output, "output", "o", "", `"json": print the operation state as JSON (the final one with --wait)`)
+	fs.StringVar(&f.server, "server", defaultServer, "deputy's URL")
+	fs.StringVar(&f.tokenFile, "token-file", "", "file holding a bearer token (else $"+tokenEnv+")")
+	fs.StringVar(&f.clientCert, "client-cert", "", "client certificate signed by deputy's client CA (default: "+filepath.Join(config.DefaultCertDir, certs.ClientCertFile)+" when no token is given)")
+	fs.StringVar(&f.clientKey, "client-key", "", "private key of --client-cert")
+	fs.StringVar(&f.caCert, "cacert", filepath.Join(config.DefaultCertDir, certs.CACertFile), "CA certificate that signed deputy's serving certificate")
+	return cmd
+}
+
+// parseAppRef splits NAMESPACE/NAME.
+func parseAppRef(ref string) (string, string, error) {
+	ns, name, ok := strings.Cut(ref, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return "", "", fmt.Errorf("name the Application as NAMESPACE/NAME, e.g. guestbook/guestbook (got %q)", ref)
+	}
+	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+		return "", "", fmt.Errorf("namespace %q: %s", ns, strings.Join(errs, "; "))
+	}
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return "", "", fmt.Errorf("name %q: %s", name, strings.Join(errs, "; "))
+	}
+	return ns, name, nil
+}
+
+// syncClientOptions resolves the credentials (see the command's help).
+func syncClientOptions(cmd *cobra.Command, f *syncFlags) (webhook.APIClientOptions, error) {
+	opts := webhook.APIClientOptions{Server: f.server, CAFile: f.caCert}
+	changed := cmd.Flags().Changed
+	if !changed("cacert") && !fileExists(f.caCert) {
+		opts.CAFile = "" // no development CA here: the system roots
+	}
+	explicitCert := changed("client-cert") || changed("client-key")
+	switch {
+	case f.tokenFile != "" && explicitCert:
+		return opts, errors.New("use --token-file or --client-cert/--client-key, not both")
+	case f.tokenFile != "":
+		data, err := os.ReadFile(f.tokenFile)
+		if err != nil {
+			return opts, fmt.Errorf("failed to read --token-file: %w", err)
+		}
+		if opts.Token = strings.TrimSpace(string(data)); opts.Token == "" {
+			return opts, fmt.Errorf("--token-file %s is empty", f.tokenFile)
+		}
+	case explicitCert:
+		if f.clientCert == "" || f.clientKey == "" {
+			return opts, errors.New("--client-cert and --client-key go together")
+		}
+		opts.CertFile, opts.KeyFile = f.clientCert, f.clientKey
+	case strings.TrimSpace(os.Getenv(tokenEnv)) != "":
+		opts.Token = strings.TrimSpace(os.Getenv(tokenEnv))
+	default:
+		cert, key := filepath.Join(config.DefaultCertDir, certs.ClientCertFile), filepath.Join(config.DefaultCertDir, certs.ClientKeyFile)
+		if fileExists(cert) && fileExists(key) {
+			opts.CertFile, opts.KeyFile = cert, key
+		}
+	}
+	return opts, nil
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+func runSync(cmd *cobra.Command, ref string, f *syncFlags) error {
+	ns, name, err := parseAppRef(ref)
+	if err != nil {
+		return err
+	}
+	if f.output != "" && f.output != "json" {
+		return fmt.Errorf("--output %q: the only format is json", f.output)
+	}
+	opts, err := syncClientOptions(cmd, f)
+	if err != nil {
+		return err
+	}
+	client, err := webhook.NewAPIClient(opts)
+	if err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	out := cmd.OutOrStdout()
+	started, err := client.Sync(ctx, ns, name, v1alpha1.SyncOperation{Revision: f.revision, Prune: f.prune, DryRun: f.dryRun})
+	if err != nil {
+		return explainAPIError(err, opts)
+	}
+	if !f.wait {
+		if f.output == "json" {
+			return printJSON(out, started)
+		}
+		fmt.Fprintf(out, "sync of %s/%s started (%s)\n", ns, name, started.Phase)
+		return nil
+	}
+	final, err := client.Watch(ctx, ns, name, func(ev syncer.Event) error {
+		if f.output == "" && ev.Type == syncer.EventResource && ev.Resource != nil {
+			fmt.Fprintln(out, resourceLine(ev.Resource))
+		}
+		return nil
+	})
+	if err != nil {
+		return explainAPIError(err, opts)
+	}
+	if f.output == "json" {
+		if err := printJSON(out, final); err != nil {
+			return err
+		}
+	} else {
+		if final.Phase != v1alpha1.OperationSucceeded && final.Message != "" {
+			fmt.Fprintln(out, strings.TrimRight(final.Message, "\n"))
+		}
+		fmt.Fprintln(out, finalLine(final))
+	}
+	if final.Phase != v1alpha1.OperationSucceeded {
+		return exitError{code: 1}
+	}
+	return nil
+}
+
+// resourceLine is "Deployment guestbook/web  Synced" (and the message, if any).
+func resourceLine(r *v1alpha1.ResourceResult) string {
+	name := r.Name
+	if r.Namespace != "" {
+		name = r.Namespace + "/" + r.Name
+	}
+	line := r.Kind + " " + name + "  " + r.Status
+	if r.Message != "" {
+		line += "  " + r.Message
+	}
+	return line
+}
+
+// finalLine is "Succeeded as system:serviceaccount:guestbook:guestbook-deployer".
+func finalLine(s *v1alpha1.OperationState) string {
+	line := s.Phase
+	if s.Operation.Sync != nil && s.Operation.Sync.DryRun {
+		line += " (dry run)"
+	}
+	if s.Identity != "" {
+		line += " as " + s.Identity
+	}
+	return line
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// explainAPIError adds what to do to deputy's refusals.
+func explainAPIError(err error, opts webhook.APIClientOptions) error {
+	var apiErr *webhook.APIError
+	if !errors.As(err, &apiErr) {
+		return err
+	}
+	switch apiErr.Status.Code {
+	case http.StatusUnauthorized:
+		how := "no credentials were sent"
+		switch {
+		case opts.Token != "":
+			how = "the bearer token was not accepted"
+		case opts.CertFile != "":
+			how = "the client certificate " + opts.CertFile + " was not accepted"
+		}
+		return fmt.Errorf("%s (%s; use --token-file, $%s, or --client-cert/--client-key)", apiErr.Status.Message, how, tokenEnv)
+	case http.StatusForbidden:
+		return fmt.Errorf("%s\n(grant verb create on applications/sync and get on applications, group deputy.dev, in deputy's policy)", apiErr.Status.Message)
+	}
+	return err
+}

@@ -1,0 +1,168 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Application is a set of manifests in Git synced to a destination by deputy's
+// sync engine, as the ServiceAccount its AppProject derives. Field names
+// follow Argo CD's Application (argoproj/argo-cd pkg/apis/application/v1alpha1
+// types.go) for the subset deputy implements.
+type Application struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              ApplicationSpec `json:"spec"`
+	// Operation is a requested sync, recorded by whichever replica received
+	// the request and run by the leader (as Argo CD's Application.operation).
+	Operation *Operation          `json:"operation,omitempty"`
+	Status    ApplicationStatus `json:"status,omitempty"`
+}
+
+// ApplicationList is a list of Applications.
+type ApplicationList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Application `json:"items"`
+}
+
+// ApplicationSpec is what to sync, where, and how.
+type ApplicationSpec struct {
+	// Project names the AppProject (in the deputy.dev group, in the
+	// Application's namespace) that governs this Application.
+	Project string `json:"project"`
+	// Source is where the manifests come from.
+	Source ApplicationSource `json:"source"`
+	// Destination is the cluster (server URL or registered name) and namespace.
+	Destination ApplicationDestination `json:"destination"`
+	// SyncPolicy controls automated sync and sync options.
+	SyncPolicy *SyncPolicy `json:"syncPolicy,omitempty"`
+}
+
+// ApplicationSource is a Git repository, a path in it and a revision.
+type ApplicationSource struct {
+	// RepoURL is the Git repository: https://, file:// or a local path.
+	RepoURL string `json:"repoURL"`
+	// Path is the directory inside the repository ("" or "." for its root).
+	Path string `json:"path,omitempty"`
+	// TargetRevision is a branch, tag, commit SHA or HEAD (default HEAD).
+	TargetRevision string `json:"targetRevision,omitempty"`
+	// Chart is an Argo CD Helm chart source: not supported by deputy; set,
+	// it fails the operation with a clear error.
+	Chart string `json:"chart,omitempty"`
+	// Helm holds Argo CD Helm parameters: not supported by deputy.
+	Helm *HelmSource `json:"helm,omitempty"`
+}
+
+// HelmSource is accepted only to reject it with a clear message.
+type HelmSource struct {
+	ValueFiles  []string `json:"valueFiles,omitempty"`
+	ReleaseName string   `json:"releaseName,omitempty"`
+	Values      string   `json:"values,omitempty"`
+}
+
+// SyncPolicy is Argo CD's sync policy subset.
+type SyncPolicy struct {
+	// Automated syncs on Git changes and periodically.
+	Automated *SyncPolicyAutomated `json:"automated,omitempty"`
+	// SyncOptions: CreateNamespace=true, Prune=false (per Application).
+	SyncOptions []string `json:"syncOptions,omitempty"`
+}
+
+// SyncPolicyAutomated configures automated sync.
+type SyncPolicyAutomated struct {
+	// Prune deletes tracked objects no longer rendered during automated syncs.
+	Prune bool `json:"prune,omitempty"`
+	// SelfHeal re-syncs when the live state drifts.
+	SelfHeal bool `json:"selfHeal,omitempty"`
+}
+
+// Operation is a requested operation.
+type Operation struct {
+	Sync        *SyncOperation `json:"sync,omitempty"`
+	InitiatedBy InitiatedBy    `json:"initiatedBy,omitempty"`
+}
+
+// SyncOperation parameterises one sync.
+type SyncOperation struct {
+	// Revision overrides the source's targetRevision for this sync.
+	Revision string `json:"revision,omitempty"`
+	// Prune deletes tracked objects that are no longer rendered.
+	Prune bool `json:"prune,omitempty"`
+	// DryRun sends every write with dryRun=All.
+	DryRun bool `json:"dryRun,omitempty"`
+}
+
+// InitiatedBy says who asked for an operation.
+type InitiatedBy struct {
+	// Username of the caller, or "" for automated syncs.
+	Username string `json:"username,omitempty"`
+	// Automated is true for syncs deputy started itself.
+	Automated bool `json:"automated,omitempty"`
+}
+
+// ApplicationStatus is what deputy observed and did.
+type ApplicationStatus struct {
+	Sync           SyncStatus      `json:"sync,omitempty"`
+	OperationState *OperationState `json:"operationState,omitempty"`
+}
+
+// Sync status codes.
+const (
+	SyncStatusCodeUnknown   = "Unknown"
+	SyncStatusCodeSynced    = "Synced"
+	SyncStatusCodeOutOfSync = "OutOfSync"
+)
+
+// SyncStatus is whether the live state matches Git and at which revision.
+type SyncStatus struct {
+	Status   string `json:"status,omitempty"`
+	Revision string `json:"revision,omitempty"`
+}
+
+// Operation phases.
+const (
+	OperationRunning   = "Running"
+	OperationSucceeded = "Succeeded"
+	OperationFailed    = "Failed"
+	OperationError     = "Error"
+)
+
+// OperationState is the state of the last or current operation.
+type OperationState struct {
+	Operation Operation `json:"operation"`
+	// Phase is Running, Succeeded, Failed or Error.
+	Phase   string `json:"phase"`
+	Message string `json:"message,omitempty"`
+	// Identity is who the cluster saw: "system:serviceaccount:ns:sa", or
+	// "controller identity: impersonation not enforced".
+	Identity   string               `json:"identity,omitempty"`
+	StartedAt  metav1.Time          `json:"startedAt"`
+	FinishedAt *metav1.Time         `json:"finishedAt,omitempty"`
+	SyncResult *SyncOperationResult `json:"syncResult,omitempty"`
+}
+
+// SyncOperationResult is the per-resource outcome of a sync.
+type SyncOperationResult struct {
+	Revision  string            `json:"revision"`
+	Resources []*ResourceResult `json:"resources,omitempty"`
+}
+
+// Resource result codes (Argo CD's ResultCode).
+const (
+	ResultCodeSynced       = "Synced"
+	ResultCodeSyncFailed   = "SyncFailed"
+	ResultCodePruned       = "Pruned"
+	ResultCodePruneSkipped = "PruneSkipped"
+)
+
+// ResourceResult is what happened to one object.
+type ResourceResult struct {
+	Group     string `json:"group"`
+	Version   string `json:"version"`
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name"`
+	// Status is Synced, SyncFailed, Pruned or PruneSkipped.
+	Status  string `json:"status,omitempty"`
+	Message string `json:"message,omitempty"`
+}

@@ -1,0 +1,42 @@
+package syncer
+
+import (
+	"context"
+
+	"deputy.dev/deputy/policy/v1alpha1"
+)
+
+// FieldManager is the server-side apply field manager of every write.
+const FieldManager = "deputy"
+
+// TrackingAnnotation marks the objects an Application manages; its value is
+// "<application namespace>/<application name>". Prune deletes only objects
+// carrying it with this Application's value.
+const TrackingAnnotation = "deputy.dev/tracking-id"
+
+// ControllerIdentity is the OperationState.Identity of a sync that ran
+// without impersonation because impersonation is not enforced.
+const ControllerIdentity = "controller identity: impersonation not enforced"
+
+// Request is one operation to run.
+type Request struct {
+	// Application is the Application to sync (a copy the engine may read).
+	Application *v1alpha1.Application
+	// Project is its AppProject (deputy.dev, same namespace).
+	Project *v1alpha1.AppProject
+	// Sync parameterises the operation (revision, prune, dryRun).
+	Sync v1alpha1.SyncOperation
+	// InitiatedBy says who asked.
+	InitiatedBy v1alpha1.InitiatedBy
+}
+
+// Progress receives each resource's result as soon as it is known, and the
+// operation's state when its phase changes. Implementations must not block.
+type Progress func(state *v1alpha1.OperationState, resource *v1alpha1.ResourceResult)
+
+// Runner runs one operation to completion and returns its final state
+// (phase Succeeded, Failed or Error; never Running). It never panics and
+// never returns nil. The Engine implements it.
+type Runner interface {
+	Run(ctx context.Context, req Request, progress Progress) *v1alpha1.OperationState
+}

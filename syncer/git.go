@@ -1,0 +1,284 @@
+package syncer
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/transport"
+	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// RepoCredential holds the HTTPS credentials of the repositories whose URL
+// starts with URL (both normalised as Argo CD does: lower case, no trailing
+// ".git"); the longest matching URL wins, as with Argo CD's repository
+// credential templates. The username and password are read on every fetch,
+// from files (a mounted Secret, rotated in place) or from a Secret through
+// EngineOptions.Secrets, never from the Application.
+type RepoCredential struct {
+	// URL is a repository URL or a prefix of one: "https://git.example.com/team/".
+	URL string
+	// UsernameFile and PasswordFile are files holding the username and the
+	// password (or token); a trailing newline is ignored.
+	UsernameFile, PasswordFile string
+	// Secret names a Secret holding both instead of the files.
+	Secret *SecretRef
+}
+
+// SecretRef names a Secret and the keys of a RepoCredential in it.
+type SecretRef struct {
+	Namespace, Name string
+	// UsernameKey and PasswordKey default to "username" and "password" (the
+	// keys of Argo CD's repository Secrets).
+	UsernameKey, PasswordKey string
+}
+
+// SecretGetter returns a Secret's data. It is called with deputy's own
+// identity, never an impersonated one: repository credentials are deputy's
+// business, not the synced application's.
+type SecretGetter func(ctx context.Context, namespace, name string) (map[string][]byte, error)
+
+// SecretsFromClient reads Secrets through a clientset.
+func SecretsFromClient(c kubernetes.Interface) SecretGetter {
+	return func(ctx context.Context, namespace, name string) (map[string][]byte, error) {
+		s, err := c.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return s.Data, nil
+	}
+}
+
+// repoCache clones remote repositories (bare mirrors under dir/repos) and
+// opens local ones in place.
+type repoCache struct {
+	dir     string
+	creds   []RepoCredential
+	secrets SecretGetter
+
+	mu    sync.Mutex
+	locks map[string]*sync.Mutex
+}
+
+// openedRepo is a repository ready to read; release must be called once the
+// objects needed are read (it unlocks a cached clone against concurrent
+// fetches).
+type openedRepo struct {
+	repo    *git.Repository
+	release func()
+}
+
+// repoLocation classifies a repoURL: a local path (file:// URL, absolute
+// path, or ./ ../ relative path) or an http(s) URL.
+func repoLocation(repoURL string) (local string, remote *url.URL, err error) {
+	switch {
+	case repoURL == "":
+		return "", nil, errors.New("spec.source.repoURL is empty: set it to an https:// URL, a file:// URL or a local path")
+	case strings.HasPrefix(repoURL, "file://"):
+		u, err := url.Parse(repoURL)
+		if err != nil {
+			return "", nil, fmt.Errorf("repository URL %q is not a valid file:// URL: %w", repoURL, err)
+		}
+		if u.Host != "" && u.Host != "localhost" {
+			return "", nil, fmt.Errorf("repository URL %q names host %q: file:// URLs must be local (file:///path)", repoURL, u.Host)
+		}
+		return filepath.FromSlash(u.Path), nil, nil
+	case filepath.IsAbs(repoURL):
+		return filepath.Clean(repoURL), nil, nil
+	case strings.HasPrefix(repoURL, "./") || strings.HasPrefix(repoURL, "../"):
+		abs, err := filepath.Abs(repoURL)
+		return abs, nil, err
+	}
+	u, err := url.Parse(repoURL)
+	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
+		return "", nil, fmt.Errorf("repository URL %q is not supported by deputy: use https:// (credentials come from deputy's configuration), file:// or a local path", repoURL)
+	}
+	if u.User != nil {
+		return "", nil, fmt.Errorf("repository URL %q carries credentials: remove them from the URL and configure a repository credential instead", redactURL(u))
+	}
+	return "", u, nil
+}
+
+func redactURL(u *url.URL) string {
+	c := *u
+	c.User = nil
+	return c.String()
+}
+
+// open returns the repository behind repoURL, fetched now when remote.
+func (c *repoCache) open(ctx context.Context, repoURL string) (*openedRepo, error) {
+	local, remote, err := repoLocation(repoURL)
+	if err != nil {
+		return nil, err
+	}
+	if remote == nil {
+		repo, err := git.PlainOpenWithOptions(local, &git.PlainOpenOptions{EnableDotGitCommonDir: true})
+		if err != nil {
+			return nil, fmt.Errorf("failed to open the Git repository at %s: %w", local, err)
+		}
+		return &openedRepo{repo: repo, release: func() {}}, nil
+	}
+
+	auth, err := c.auth(ctx, repoURL)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256([]byte(normalizeGitURL(repoURL)))
+	dir := filepath.Join(c.dir, "repos", hex.EncodeToString(sum[:10]))
+	lock := c.lock(dir)
+	lock.Lock()
+	repo, err := fetch(ctx, dir, remote.String(), auth)
+	if err != nil {
+		lock.Unlock()
+		return nil, err
+	}
+	return &openedRepo{repo: repo, release: lock.Unlock}, nil
+}
+
+func (c *repoCache) lock(key string) *sync.Mutex {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.locks == nil {
+		c.locks = map[string]*sync.Mutex{}
+	}
+	l, ok := c.locks[key]
+	if !ok {
+		l = &sync.Mutex{}
+		c.locks[key] = l
+	}
+	return l
+}
+
+// fetch updates the bare mirror in dir (cloning it the first time, or again
+// when the cached copy cannot be opened or fetched into).
+func fetch(ctx context.Context, dir, repoURL string, auth transport.AuthMethod) (*git.Repository, error) {
+	if repo, err := git.PlainOpen(dir); err == nil {
+		err = repo.FetchContext(ctx, &git.FetchOptions{RemoteName: git.DefaultRemoteName, Auth: auth, Force: true, Prune: true})
+		if err == nil || errors.Is(err, git.NoErrAlreadyUpToDate) {
+			return repo, nil
+		}
+		if ctx.Err() != nil || errors.Is(err, transport.ErrAuthenticationRequired) || errors.Is(err, transport.ErrAuthorizationFailed) ||
+			errors.Is(err, transport.ErrRepositoryNotFound) {
+			return nil, fmt.Errorf("failed to fetch %s: %w", repoURL, err)
+		}
+		// Anything else may be a damaged cache: start over below.
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, fmt.Errorf("failed to reset the repository cache %s: %w", dir, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		return nil, fmt.Errorf("failed to create the repository cache: %w", err)
+	}
+	repo, err := git.PlainCloneContext(ctx, dir, true, &git.CloneOptions{URL: repoURL, Auth: auth, Mirror: true})
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("failed to clone %s: %w", repoURL, err)
+	}
+	return repo, nil
+}
+
+// auth returns the basic-auth credentials configured for repoURL, or nil.
+func (c *repoCache) auth(ctx context.Context, repoURL string) (transport.AuthMethod, error) {
+	want := normalizeGitURL(repoURL)
+	best := -1
+	for i, cr := range c.creds {
+		prefix := normalizeGitURL(cr.URL)
+		if prefix != "" && strings.HasPrefix(want, prefix) && (best < 0 || len(prefix) > len(normalizeGitURL(c.creds[best].URL))) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return nil, nil
+	}
+	cr := c.creds[best]
+	if u, err := url.Parse(repoURL); err == nil && u.Scheme == "http" && !loopback(u.Hostname()) {
+		return nil, fmt.Errorf("refusing to send the credentials configured for %s over plain http to %s: use https", cr.URL, u.Host)
+	}
+	var user, pass string
+	switch {
+	case cr.Secret != nil:
+		if c.secrets == nil {
+			return nil, fmt.Errorf("repository credential for %s names Secret %s/%s, but the engine has no Secret reader (EngineOptions.Secrets)", cr.URL, cr.Secret.Namespace, cr.Secret.Name)
+		}
+		data, err := c.secrets(ctx, cr.Secret.Namespace, cr.Secret.Name)
+		if err != nil {
+			return nil, fmt.Errorf("failed to read the repository credential Secret %s/%s: %w", cr.Secret.Namespace, cr.Secret.Name, err)
+		}
+		uk, pk := cmpOr(cr.Secret.UsernameKey, "username"), cmpOr(cr.Secret.PasswordKey, "password")
+		u, okU := data[uk]
+		p, okP := data[pk]
+		if !okU || !okP {
+			return nil, fmt.Errorf("repository credential Secret %s/%s lacks key %q or %q", cr.Secret.Namespace, cr.Secret.Name, uk, pk)
+		}
+		user, pass = string(u), string(p)
+	default:
+		u, err := readSecretFile(cr.UsernameFile)
+		if err != nil {
+			return nil, fmt.Errorf("repository credential for %s: %w", cr.URL, err)
+		}
+		p, err := readSecretFile(cr.PasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("repository credential for %s: %w", cr.URL, err)
+		}
+		user, pass = u, p
+	}
+	return &githttp.BasicAuth{Username: user, Password: pass}, nil
+}
+
+func readSecretFile(path string) (string, error) {
+	if path == "" {
+		return "", errors.New("usernameFile and passwordFile (or a Secret) are required")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("failed to read %s: %w", path, err)
+	}
+	return strings.TrimRight(string(b), "\r\n"), nil
+}
+
+func cmpOr(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+// resolveRevision resolves a branch, tag (annotated tags are peeled), full or
+// abbreviated commit SHA, or HEAD ("" means HEAD) to a commit.
+func resolveRevision(repo *git.Repository, revision string) (*object.Commit, error) {
+	if revision == "" {
+		revision = "HEAD"
+	}
+	h, err := repo.ResolveRevision(plumbing.Revision(revision))
+	if err != nil {
+		return nil, fmt.Errorf("revision %q not found: name a branch, a tag, a commit SHA or HEAD that exists in the repository", revision)
+	}
+	c, err := repo.CommitObject(*h)
+	if err != nil {
+		return nil, fmt.Errorf("revision %q (%s) is not a commit: %w", revision, h, err)
+	}
+	return c, nil
+}
+
+// loopback reports whether host is this machine (plain http is acceptable
+// there, e.g. a local Git server in tests).
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,173 @@
+package syncer
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// listPageSize is the page size of the preflight's lists (metadata only).
+const listPageSize = 500
+
+// scopeKey is a (resource, namespace) to list.
+type scopeKey struct{ group, resource, namespace string }
+
+// listTarget is one (resource, namespace) the preflight lists: where
+// rendered objects live (to learn which exist and which are unchanged) and,
+// with prune, where tracked objects may be.
+type listTarget struct {
+	gvk       schema.GroupVersionKind
+	gvr       schema.GroupVersionResource
+	namespace string
+	// prune: prune needs this list (its permission is required).
+	prune bool
+}
+
+func (t listTarget) key() scopeKey { return scopeKey{t.gvr.Group, t.gvr.Resource, t.namespace} }
+
+// listTargets merges the scopes of the rendered objects (kinds the cluster
+// serves) with the prune scopes, in a stable order.
+func listTargets(p *plan) []listTarget {
+	index := map[scopeKey]int{}
+	var out []listTarget
+	add := func(t listTarget) {
+		if i, ok := index[t.key()]; ok {
+			out[i].prune = out[i].prune || t.prune
+			return
+		}
+		index[t.key()] = len(out)
+		out = append(out, t)
+	}
+	for _, o := range p.objects {
+		if !o.crdDefined {
+			add(listTarget{gvk: o.gvk, gvr: o.gvr, namespace: o.namespace()})
+		}
+	}
+	for _, s := range p.pruneScopes {
+		add(listTarget{gvk: s.gvk, gvr: s.gvr, namespace: s.namespace, prune: true})
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i].key(), out[j].key()
+		if a.group != b.group {
+			return a.group < b.group
+		}
+		if a.resource != b.resource {
+			return a.resource < b.resource
+		}
+		return a.namespace < b.namespace
+	})
+	return out
+}
+
+// liveObject is what a list says about one existing object.
+type liveObject struct {
+	uid    types.UID
+	digest string
+	// soleApplier: every managedFields entry is deputy's server-side apply
+	// of the object itself: nobody else has written it since.
+	soleApplier bool
+	deleting    bool
+}
+
+// unchangedFrom reports whether applying the body with this digest again
+// would change nothing: deputy applied exactly that body last, and no other
+// writer (a person, a controller, a status update) has touched the object
+// since: every write by anyone else adds or changes a managedFields entry
+// of another manager. A nil live object (it does not exist) is changed.
+func (l *liveObject) unchangedFrom(digest string) bool {
+	return l != nil && !l.deleting && l.soleApplier && l.digest != "" && l.digest == digest
+}
+
+func liveFrom(m *metav1.PartialObjectMetadata) *liveObject {
+	l := &liveObject{uid: m.UID, digest: m.Annotations[appliedDigestAnnotation], deleting: m.DeletionTimestamp != nil}
+	l.soleApplier = len(m.ManagedFields) > 0
+	for _, f := range m.ManagedFields {
+		if f.Manager != FieldManager || f.Operation != metav1.ManagedFieldsOperationApply || f.Subresource != "" {
+			l.soleApplier = false
+		}
+	}
+	return l
+}
+
+// observed is what the preflight's lists found.
+type observed struct {
+	// listed are the scopes listed completely (a resource the cluster does
+	// not serve counts, empty).
+	listed map[scopeKey]bool
+	// live are the existing objects among the rendered ones.
+	live map[objKey]*liveObject
+	// candidates are the objects prune would delete.
+	candidates []*pruneCandidate
+}
+
+// observe lists every target (metadata only, paged) as the operation's
+// identity. A prune target that cannot be listed is a problem; any other is
+// simply not known.
+func (op *operation) observe(ctx context.Context, cl *clients, targets []listTarget, rendered map[objKey]bool) (*observed, []string) {
+	out := &observed{listed: map[scopeKey]bool{}, live: map[objKey]*liveObject{}}
+	var (
+		mu       sync.Mutex
+		problems []string
+		seen     = map[types.UID]bool{}
+	)
+	parallel(len(targets), op.e.opts.Parallelism, func(i int) {
+		t := targets[i]
+		var items []metav1.PartialObjectMetadata
+		opts := metav1.ListOptions{Limit: listPageSize}
+		for {
+			list, err := cl.meta.Resource(t.gvr).Namespace(t.namespace).List(ctx, opts)
+			if apierrors.IsNotFound(err) {
+				break // the resource is not served: nothing exists
+			}
+			if err != nil {
+				if t.prune {
+					where := "cluster-wide"
+					if t.namespace != "" {
+						where = "in namespace " + t.namespace
+					}
+					mu.Lock()
+					problems = append(problems, fmt.Sprintf("prune: cannot list %s %s: %v", resourceString(t.gvr.Group, t.gvr.Resource), where, err))
+					mu.Unlock()
+				}
+				return
+			}
+			items = append(items, list.Items...)
+			if list.Continue == "" {
+				break
+			}
+			opts.Continue = list.Continue
+		}
+		var cands []*pruneCandidate
+		if t.prune {
+			cands = selectPruneCandidates(pruneScope{gvk: t.gvk, gvr: t.gvr, namespace: t.namespace}, items, op.tracking, rendered)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		out.listed[t.key()] = true
+		for j := range items {
+			k := objKey{group: t.gvk.Group, kind: t.gvk.Kind, namespace: items[j].Namespace, name: items[j].Name}
+			if rendered[k] {
+				out.live[k] = liveFrom(&items[j])
+			}
+		}
+		for _, c := range cands {
+			if !seen[c.uid] {
+				seen[c.uid] = true
+				out.candidates = append(out.candidates, c)
+			}
+		}
+	}, func(i int, r any) {
+		mu.Lock()
+		defer mu.Unlock()
+		problems = append(problems, fmt.Sprintf("internal error while listing: %v", r))
+	})
+	sort.Slice(out.candidates, func(i, j int) bool { return keyLess(out.candidates[i].key(), out.candidates[j].key()) })
+	sort.Strings(problems)
+	return out, problems
+}

@@ -1,0 +1,576 @@
+package syncer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
+)
+
+// The preflight asks kube-apiserver, before anything is written, whether the
+// operation's identity may make every request the operation will make, and
+// reports everything missing at once with the RBAC objects that would grant
+// exactly that.
+//
+// What is asked, per object, mirrors what kube-apiserver authorizes (see
+// k8s.io/apiserver/pkg/endpoints/handlers/patch.go): a server-side apply is
+// a PATCH, authorized as "patch" on the object's name; when the object does
+// not exist yet the same request also needs "create" on that name. "get" is
+// not needed to apply. Waiting for a CustomResourceDefinition to be
+// Established is a "get" of it; CreateNamespace=true is a plain "create
+// namespaces" when the namespace is missing; prune is "list" of every
+// (resource, namespace) it looks in and "delete" of each object it would
+// delete.
+//
+// The questions are SelfSubjectAccessReviews made as the identity
+// (impersonated): they answer for that identity through every authorizer of
+// the apiserver, deputy's included, and never need a SubjectAccessReview
+// grant for the controller. A review per (verb, resource, namespace) comes
+// first; only when one is denied are the objects behind it asked about by
+// name (a Role may grant by resourceNames).
+//
+// Which objects exist comes from lists (metadata only) of every (resource,
+// namespace) the sync writes to, when the identity may list there: "create"
+// is then asked for exactly the missing objects, and objects that are
+// unchanged since deputy applied them need nothing (they are not sent
+// again). Where it may not list, "create" is asked for every object, and a
+// denied one is dropped for objects the identity can read and that exist.
+
+var (
+	gvrNamespaces      = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+	gvrServiceAccounts = schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}
+	gvrCRDs            = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+)
+
+// permCheck is one permission an operation needs.
+type permCheck struct {
+	verb      string
+	group     string
+	resource  string
+	namespace string
+	// gvr is used to look objects up (create checks).
+	gvr schema.GroupVersionResource
+	// names are the objects (by name) needing it, with a description each;
+	// none means the request itself carries no name (list, POST create).
+	names   []string
+	objects []string
+}
+
+type permKey struct{ verb, group, resource, namespace string }
+
+// permSet collects checks, one per (verb, group, resource, namespace).
+type permSet struct {
+	order []*permCheck
+	index map[permKey]*permCheck
+}
+
+func (s *permSet) add(verb string, gvr schema.GroupVersionResource, namespace, name, what string) {
+	if s.index == nil {
+		s.index = map[permKey]*permCheck{}
+	}
+	k := permKey{verb, gvr.Group, gvr.Resource, namespace}
+	c, ok := s.index[k]
+	if !ok {
+		c = &permCheck{verb: verb, group: gvr.Group, resource: gvr.Resource, namespace: namespace, gvr: gvr}
+		s.index[k] = c
+		s.order = append(s.order, c)
+	}
+	if name != "" {
+		c.names = append(c.names, name)
+		c.objects = append(c.objects, what)
+	} else if what != "" && len(c.objects) == 0 {
+		c.objects = append(c.objects, what)
+	}
+}
+
+// missingPermission is a permission the identity lacks.
+type missingPermission struct {
+	Verb, Group, Resource, Namespace string
+	// Names restricts the grant to these objects (resourceNames); empty
+	// means every name.
+	Names []string
+	// Objects describes what needs it.
+	Objects []string
+}
+
+// preflightResult is what the preflight learnt for the later phases.
+type preflightResult struct {
+	// createNamespace: the destination namespace is missing and
+	// CreateNamespace=true will create it.
+	createNamespace bool
+	// candidates are the objects prune would delete.
+	candidates []*pruneCandidate
+}
+
+// preflightError is a failed preflight: the permissions missing, and the
+// problems that kept it from asking or looking.
+type preflightError struct {
+	who      string
+	missing  []missingPermission
+	problems []string
+	appNS    string
+	appName  string
+}
+
+func (e *preflightError) Error() string {
+	return formatPreflight(e.who, e.appNS, e.appName, e.missing, e.problems)
+}
+
+// preflight checks the ServiceAccount and every permission of the plan. It
+// first lists (metadata only) every (resource, namespace) the rendered
+// objects live in and every prune scope: the lists tell which objects exist
+// (so "create" is asked for exactly the missing ones), which are unchanged
+// since deputy applied them (no request is sent for those, and none is
+// asked about), and what prune would delete. Listing where the identity may
+// not list is required for prune only; elsewhere the engine does without.
+func (op *operation) preflight(ctx context.Context, cl *clients, id identity, p *plan) (*preflightResult, error) {
+	res := &preflightResult{}
+	if id.username != "" {
+		if err := op.checkServiceAccount(ctx, cl, id.username); err != nil {
+			return nil, err
+		}
+	}
+
+	scopes := listTargets(p)
+	var lists permSet
+	for _, s := range scopes {
+		what := "to see which objects of " + s.gvk.Kind + " exist"
+		if s.prune {
+			what = "prune: objects of " + s.gvk.Kind + " tracked as " + op.tracking
+		}
+		lists.add("list", s.gvr, s.namespace, "", what)
+	}
+	listMissing, err := op.runChecks(ctx, cl, lists.order)
+	if err != nil {
+		return nil, err
+	}
+	denied := map[scopeKey]bool{}
+	for _, m := range listMissing {
+		denied[scopeKey{m.Group, m.Resource, m.Namespace}] = true
+	}
+	var missing []missingPermission
+	var listable []listTarget
+	for _, s := range scopes {
+		if !denied[s.key()] {
+			listable = append(listable, s)
+		}
+	}
+	for _, m := range listMissing {
+		for _, s := range scopes {
+			if s.prune && s.key() == (scopeKey{m.Group, m.Resource, m.Namespace}) {
+				missing = append(missing, m)
+				break
+			}
+		}
+	}
+	seen, problems := op.observe(ctx, cl, listable, p.rendered)
+	res.candidates = seen.candidates
+
+	var checks permSet
+	for _, o := range p.objects {
+		sk := scopeKey{o.gvr.Group, o.gvr.Resource, o.namespace()}
+		live := seen.live[o.key]
+		if seen.listed[sk] && live.unchangedFrom(o.digest) {
+			o.unchanged = true
+			continue
+		}
+		what := o.key.String()
+		checks.add("patch", o.gvr, o.namespace(), o.name(), what)
+		if !seen.listed[sk] || live == nil {
+			checks.add("create", o.gvr, o.namespace(), o.name(), what)
+		}
+		if o.group == groupCRDs && !op.req.Sync.DryRun {
+			checks.add("get", gvrCRDs, "", o.name(), what+" (to wait until it is Established)")
+		}
+	}
+	if p.createNamespace != "" {
+		exists, err := cl.exists(ctx, gvrNamespaces, "", p.createNamespace)
+		if err != nil && !apierrors.IsForbidden(err) {
+			problems = append(problems, fmt.Sprintf("cannot tell whether namespace %s exists: %v", p.createNamespace, err))
+		}
+		if !exists {
+			res.createNamespace = true
+			checks.add("create", gvrNamespaces, "", "", "Namespace "+p.createNamespace+" (syncOptions CreateNamespace=true)")
+		}
+	}
+	for _, c := range res.candidates {
+		checks.add("delete", c.scope.gvr, c.namespace, c.name, c.key().String()+" (prune)")
+	}
+	more, err := op.runChecks(ctx, cl, checks.order)
+	if err != nil {
+		return nil, err
+	}
+	missing = append(missing, more...)
+	if len(missing) > 0 || len(problems) > 0 {
+		sortMissing(missing)
+		return nil, &preflightError{who: cl.who, missing: missing, problems: problems, appNS: op.app.Namespace, appName: op.app.Name}
+	}
+	return res, nil
+}
+
+// checkServiceAccount makes sure the derived ServiceAccount exists. This is
+// the one request of an operation made as the controller identity rather
+// than the ServiceAccount: impersonating a ServiceAccount that does not
+// exist succeeds (kube-apiserver does not look it up, and RBAC still binds
+// by name), so only a read of the ServiceAccount object can tell; the
+// ServiceAccount itself usually may not read ServiceAccounts. When the
+// controller identity may not read it either, the ServiceAccount is asked;
+// when neither may, the check is skipped (logged) and the permission checks
+// that follow still decide.
+func (op *operation) checkServiceAccount(ctx context.Context, cl *clients, username string) error {
+	ns, name, ok := strings.Cut(strings.TrimPrefix(username, "system:serviceaccount:"), ":")
+	if !ok || !strings.HasPrefix(username, "system:serviceaccount:") {
+		return nil
+	}
+	notFound := fmt.Errorf("ServiceAccount %s/%s, which AppProject %q derives for this destination, does not exist: create it (kubectl create serviceaccount %s -n %s) and grant it what the sync needs, or fix the AppProject's destinationServiceAccounts; nothing was changed",
+		ns, name, op.project.Name, name, ns)
+	_, err := cl.controller.CoreV1().ServiceAccounts(ns).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		return nil
+	case apierrors.IsNotFound(err):
+		return notFound
+	case !apierrors.IsForbidden(err):
+		return fmt.Errorf("failed to check that ServiceAccount %s/%s exists: %w", ns, name, err)
+	}
+	exists, err2 := cl.exists(ctx, gvrServiceAccounts, ns, name)
+	switch {
+	case err2 == nil && exists:
+		return nil
+	case err2 == nil:
+		return notFound
+	}
+	op.log.Info("cannot verify that the ServiceAccount exists: neither the controller identity nor the ServiceAccount may read it; the permission checks decide",
+		"serviceAccount", ns+"/"+name, "controllerError", err.Error())
+	return nil
+}
+
+// runChecks asks every check and returns what is missing.
+func (op *operation) runChecks(ctx context.Context, cl *clients, checks []*permCheck) ([]missingPermission, error) {
+	if len(checks) == 0 {
+		return nil, nil
+	}
+	limit := op.e.opts.Parallelism
+	var (
+		mu       sync.Mutex
+		firstErr error
+	)
+	setErr := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+
+	// 1. One review per (verb, resource, namespace), for every name.
+	allowed := make([]bool, len(checks))
+	parallel(len(checks), limit, func(i int) {
+		c := checks[i]
+		ok, err := cl.can(ctx, c.verb, c.group, c.resource, c.namespace, "")
+		if err != nil {
+			setErr(reviewError(cl.who, c, err))
+			return
+		}
+		allowed[i] = ok
+	}, func(i int, r any) { setErr(fmt.Errorf("internal error while checking permissions: %v", r)) })
+	if firstErr != nil {
+		return nil, firstErr
+	}
+
+	// 2. Names behind a denied check, one by one.
+	type nameTask struct{ check, idx int }
+	var tasks []nameTask
+	for i, c := range checks {
+		if !allowed[i] {
+			for j := range c.names {
+				tasks = append(tasks, nameTask{i, j})
+			}
+		}
+	}
+	nameDenied := make([]bool, len(tasks))
+	parallel(len(tasks), limit, func(t int) {
+		c := checks[tasks[t].check]
+		ok, err := cl.can(ctx, c.verb, c.group, c.resource, c.namespace, c.names[tasks[t].idx])
+		if err != nil {
+			setErr(reviewError(cl.who, c, err))
+			return
+		}
+		nameDenied[t] = !ok
+	}, func(i int, r any) { setErr(fmt.Errorf("internal error while checking permissions: %v", r)) })
+	if firstErr != nil {
+		return nil, firstErr
+	}
+
+	// 3. A denied create is not needed for an object that exists.
+	needed := make([]bool, len(tasks))
+	parallel(len(tasks), limit, func(t int) {
+		if !nameDenied[t] {
+			return
+		}
+		c := checks[tasks[t].check]
+		if c.verb != "create" {
+			needed[t] = true
+			return
+		}
+		exists, err := cl.exists(ctx, c.gvr, c.namespace, c.names[tasks[t].idx])
+		needed[t] = err != nil || !exists
+	}, func(i int, r any) { setErr(fmt.Errorf("internal error while checking permissions: %v", r)) })
+	if firstErr != nil {
+		return nil, firstErr
+	}
+
+	var missing []missingPermission
+	perCheck := map[int][]int{}
+	for t, task := range tasks {
+		if needed[t] {
+			perCheck[task.check] = append(perCheck[task.check], task.idx)
+		}
+	}
+	for i, c := range checks {
+		if allowed[i] {
+			continue
+		}
+		m := missingPermission{Verb: c.verb, Group: c.group, Resource: c.resource, Namespace: c.namespace}
+		if len(c.names) == 0 {
+			m.Objects = c.objects
+			missing = append(missing, m)
+			continue
+		}
+		idx := perCheck[i]
+		if len(idx) == 0 {
+			continue
+		}
+		for _, j := range idx {
+			m.Names = append(m.Names, c.names[j])
+			m.Objects = append(m.Objects, c.objects[j])
+		}
+		if len(idx) == len(c.names) {
+			// Nothing of this kind is allowed: grant it for every name.
+			m.Names = nil
+		}
+		missing = append(missing, m)
+	}
+	return missing, nil
+}
+
+// can asks kube-apiserver, as the identity, whether it may do verb.
+func (cl *clients) can(ctx context.Context, verb, group, resource, namespace, name string) (bool, error) {
+	r, err := cl.kube.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+		Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace: namespace, Verb: verb, Group: group, Resource: resource, Name: name,
+		}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return false, err
+	}
+	return r.Status.Allowed, nil
+}
+
+func reviewError(who string, c *permCheck, err error) error {
+	msg := fmt.Sprintf("preflight: cannot ask kube-apiserver whether %s may %s %s: %v", who, c.verb, resourceString(c.group, c.resource), err)
+	if apierrors.IsForbidden(err) {
+		msg += "; the identity must be allowed to create SelfSubjectAccessReviews (every authenticated user is, through system:basic-user, " +
+			"and deputy's impersonation gate allows sync identities to create them as the ServiceAccount)"
+	}
+	return errors.New(msg)
+}
+
+func resourceString(group, resource string) string {
+	if group == "" {
+		return resource
+	}
+	return resource + "." + group
+}
+
+// verbRank orders verbs in reports as kubectl does.
+var verbRank = map[string]int{"get": 0, "list": 1, "watch": 2, "create": 3, "update": 4, "patch": 5, "delete": 6}
+
+func sortMissing(m []missingPermission) {
+	sort.SliceStable(m, func(i, j int) bool {
+		a, b := m[i], m[j]
+		switch {
+		case a.Namespace != b.Namespace:
+			return a.Namespace < b.Namespace
+		case a.Group != b.Group:
+			return a.Group < b.Group
+		case a.Resource != b.Resource:
+			return a.Resource < b.Resource
+		}
+		return verbRank[a.Verb] < verbRank[b.Verb]
+	})
+}
+
+// maxObjectsShown bounds the objects named per missing permission.
+const maxObjectsShown = 3
+
+// formatPreflight is the preflight's message: every missing permission, the
+// problems, and the Role/ClusterRole (with its binding) that would grant
+// exactly the missing permissions: namespaced ones in a Role per namespace,
+// cluster-scoped ones in a ClusterRole.
+func formatPreflight(who, appNS, appName string, missing []missingPermission, problems []string) string {
+	var b strings.Builder
+	n := len(missing)
+	switch {
+	case n == 1:
+		fmt.Fprintf(&b, "preflight failed: %s lacks 1 permission this sync needs; nothing was changed\n", who)
+	case n > 1:
+		fmt.Fprintf(&b, "preflight failed: %s lacks %d permissions this sync needs; nothing was changed\n", who, n)
+	default:
+		fmt.Fprintf(&b, "preflight failed for %s; nothing was changed\n", who)
+	}
+	for _, m := range missing {
+		fmt.Fprintf(&b, "  - %s\n", describeMissing(m))
+	}
+	for _, p := range problems {
+		fmt.Fprintf(&b, "  - %s\n", p)
+	}
+	if n == 0 {
+		return strings.TrimRight(b.String(), "\n")
+	}
+	b.WriteString("These RBAC objects grant exactly the missing permissions (kubectl apply -f -):\n")
+	b.WriteString(rbacFor(who, appNS, appName, missing))
+	return strings.TrimRight(b.String(), "\n")
+}
+
+func describeMissing(m missingPermission) string {
+	s := m.Verb + " " + resourceString(m.Group, m.Resource)
+	if len(m.Names) > 0 {
+		s += " named " + strings.Join(m.Names, ", ")
+	}
+	if m.Namespace != "" {
+		s += " in namespace " + m.Namespace
+	} else {
+		s += " (cluster-scoped)"
+	}
+	if len(m.Objects) > 0 {
+		shown := m.Objects
+		more := ""
+		if len(shown) > maxObjectsShown {
+			more = fmt.Sprintf(" and %d more", len(shown)-maxObjectsShown)
+			shown = shown[:maxObjectsShown]
+		}
+		s += ", for " + strings.Join(shown, ", ") + more
+	}
+	return s
+}
+
+// rbacFor renders the Roles, ClusterRole and bindings as YAML documents.
+func rbacFor(who, appNS, appName string, missing []missingPermission) string {
+	subject := map[string]any{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": who}
+	if rest, ok := strings.CutPrefix(who, "system:serviceaccount:"); ok {
+		if ns, name, ok := strings.Cut(rest, ":"); ok {
+			subject = map[string]any{"kind": "ServiceAccount", "namespace": ns, "name": name}
+		}
+	}
+	byNS := map[string][]missingPermission{}
+	var namespaces []string
+	for _, m := range missing {
+		if _, ok := byNS[m.Namespace]; !ok {
+			namespaces = append(namespaces, m.Namespace)
+		}
+		byNS[m.Namespace] = append(byNS[m.Namespace], m)
+	}
+	sort.Strings(namespaces) // "" (cluster-scoped) first
+	var docs []string
+	for _, ns := range namespaces {
+		name := "deputy-sync-" + appName
+		roleKind, bindingKind := "Role", "RoleBinding"
+		meta := map[string]any{"name": name, "namespace": ns}
+		if ns == "" {
+			name = "deputy-sync-" + appNS + "-" + appName
+			roleKind, bindingKind = "ClusterRole", "ClusterRoleBinding"
+			meta = map[string]any{"name": name}
+		}
+		docs = append(docs, mustYAML(map[string]any{
+			"apiVersion": "rbac.authorization.k8s.io/v1", "kind": roleKind, "metadata": meta, "rules": rulesFor(byNS[ns]),
+		}))
+		docs = append(docs, mustYAML(map[string]any{
+			"apiVersion": "rbac.authorization.k8s.io/v1", "kind": bindingKind, "metadata": meta,
+			"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": roleKind, "name": name},
+			"subjects": []any{subject},
+		}))
+	}
+	return "---\n" + strings.Join(docs, "---\n")
+}
+
+// rulesFor merges missing permissions into few rules: one per (group,
+// resourceNames, verbs), listing the resources that share them.
+func rulesFor(missing []missingPermission) []any {
+	type resKey struct{ group, resource, names string }
+	verbs := map[resKey]map[string]bool{}
+	var keys []resKey
+	for _, m := range missing {
+		k := resKey{m.Group, m.Resource, strings.Join(m.Names, "\x00")}
+		if verbs[k] == nil {
+			verbs[k] = map[string]bool{}
+			keys = append(keys, k)
+		}
+		verbs[k][m.Verb] = true
+	}
+	type ruleKey struct{ group, names, verbs string }
+	rules := map[ruleKey][]string{}
+	var order []ruleKey
+	for _, k := range keys {
+		var vs []string
+		for v := range verbs[k] {
+			vs = append(vs, v)
+		}
+		sort.Slice(vs, func(i, j int) bool { return verbRank[vs[i]] < verbRank[vs[j]] })
+		rk := ruleKey{k.group, k.names, strings.Join(vs, ",")}
+		if _, ok := rules[rk]; !ok {
+			order = append(order, rk)
+		}
+		rules[rk] = append(rules[rk], k.resource)
+	}
+	sort.Slice(order, func(i, j int) bool {
+		a, b := order[i], order[j]
+		if a.group != b.group {
+			return a.group < b.group
+		}
+		if a.verbs != b.verbs {
+			return a.verbs < b.verbs
+		}
+		return a.names < b.names
+	})
+	var out []any
+	for _, rk := range order {
+		res := rules[rk]
+		sort.Strings(res)
+		r := map[string]any{"apiGroups": []string{rk.group}, "resources": res, "verbs": strings.Split(rk.verbs, ",")}
+		if rk.names != "" {
+			r["resourceNames"] = strings.Split(rk.names, "\x00")
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func mustYAML(v any) string {
+	b, err := yaml.Marshal(v)
+	if err != nil { // maps of strings and slices always marshal
+		return fmt.Sprintf("# failed to render: %v\n", err)
+	}
+	return string(b)
+}
+
+// pruneCandidate is an object prune would delete.
+type pruneCandidate struct {
+	scope     pruneScope
+	namespace string
+	name      string
+	uid       types.UID
+}
+
+func (c *pruneCandidate) key() objKey {
+	return objKey{group: c.scope.gvk.Group, kind: c.scope.gvk.Kind, namespace: c.namespace, name: c.name}
+}

@@ -1,0 +1,125 @@
+package syncer
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// golden compares got with testdata/name; UPDATE_GOLDEN=1 rewrites it.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if os.Getenv("UPDATE_GOLDEN") == "1" {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with UPDATE_GOLDEN=1 to create it)", err)
+	}
+	if diff := cmp.Diff(string(want), got); diff != "" {
+		t.Errorf("%s differs (-want +got; UPDATE_GOLDEN=1 rewrites it):\n%s", path, diff)
+	}
+}
+
+func TestPreflightReport(t *testing.T) {
+	const who = "system:serviceaccount:guestbook:guestbook-deployer"
+	t.Run("one missing permission names it and the Role that grants it", func(t *testing.T) {
+		got := formatPreflight(who, "argocd", "guestbook", []missingPermission{
+			{Verb: "create", Resource: "services", Namespace: "guestbook", Objects: []string{"Service guestbook/guestbook-ui"}},
+		}, nil)
+		golden(t, "preflight_one.golden", got)
+	})
+	t.Run("many permissions in several namespaces and cluster-scoped", func(t *testing.T) {
+		missing := []missingPermission{
+			{Verb: "patch", Group: "apps", Resource: "deployments", Namespace: "guestbook", Objects: []string{"Deployment.apps guestbook/a", "Deployment.apps guestbook/b", "Deployment.apps guestbook/c", "Deployment.apps guestbook/d"}},
+			{Verb: "create", Group: "apps", Resource: "deployments", Namespace: "guestbook", Objects: []string{"Deployment.apps guestbook/a"}},
+			{Verb: "patch", Resource: "configmaps", Namespace: "guestbook", Names: []string{"settings"}, Objects: []string{"ConfigMap guestbook/settings"}},
+			{Verb: "create", Resource: "services", Namespace: "guestbook"},
+			{Verb: "delete", Resource: "configmaps", Namespace: "guestbook-staging", Names: []string{"old"}, Objects: []string{"ConfigMap guestbook-staging/old (prune)"}},
+			{Verb: "list", Resource: "configmaps", Namespace: "guestbook-staging"},
+			{Verb: "create", Resource: "namespaces", Objects: []string{"Namespace guestbook-staging (syncOptions CreateNamespace=true)"}},
+			{Verb: "get", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions", Names: []string{"widgets.example.com"}},
+		}
+		sortMissing(missing)
+		got := formatPreflight(who, "argocd", "guestbook", missing, []string{"prune: cannot list widgets.example.com in namespace guestbook: the server is on fire"})
+		golden(t, "preflight_many.golden", got)
+	})
+	t.Run("the controller identity is bound as a user", func(t *testing.T) {
+		got := formatPreflight("alice", "argocd", "app", []missingPermission{{Verb: "patch", Resource: "configmaps", Namespace: "x"}}, nil)
+		if !strings.Contains(got, "kind: User\n  name: alice") {
+			t.Errorf("subject:\n%s", got)
+		}
+	})
+	t.Run("problems alone are reported without RBAC objects", func(t *testing.T) {
+		got := formatPreflight(who, "argocd", "app", nil, []string{"prune: cannot list configmaps in namespace x: boom"})
+		if strings.Contains(got, "kind: Role") || !strings.Contains(got, "boom") {
+			t.Errorf("report:\n%s", got)
+		}
+	})
+}
+
+// The YAML a failed preflight prints is valid RBAC that grants exactly the
+// missing permissions: decode it and compare.
+func TestPreflightRBACDecodes(t *testing.T) {
+	missing := []missingPermission{
+		{Verb: "create", Resource: "services", Namespace: "guestbook"},
+		{Verb: "patch", Resource: "services", Namespace: "guestbook"},
+		{Verb: "patch", Resource: "configmaps", Namespace: "guestbook"},
+		{Verb: "create", Group: "apps", Resource: "deployments", Namespace: "guestbook", Names: []string{"a", "b"}},
+		{Verb: "create", Resource: "namespaces"},
+	}
+	out := rbacFor("system:serviceaccount:guestbook:deployer", "argocd", "guestbook", missing)
+	docs := strings.Split(strings.TrimPrefix(out, "---\n"), "---\n")
+	if len(docs) != 4 {
+		t.Fatalf("%d documents, want ClusterRole, ClusterRoleBinding, Role, RoleBinding:\n%s", len(docs), out)
+	}
+	var cr rbacv1.ClusterRole
+	var crb rbacv1.ClusterRoleBinding
+	var role rbacv1.Role
+	var rb rbacv1.RoleBinding
+	for i, into := range []any{&cr, &crb, &role, &rb} {
+		if err := yaml.UnmarshalStrict([]byte(docs[i]), into); err != nil {
+			t.Fatalf("document %d: %v\n%s", i, err, docs[i])
+		}
+	}
+	if diff := cmp.Diff([]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"create"}}}, cr.Rules); diff != "" {
+		t.Errorf("ClusterRole rules (-want +got):\n%s", diff)
+	}
+	wantRole := []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"create", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"patch"}},
+		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"create"}, ResourceNames: []string{"a", "b"}},
+	}
+	if diff := cmp.Diff(wantRole, role.Rules); diff != "" {
+		t.Errorf("Role rules (-want +got):\n%s", diff)
+	}
+	if role.Namespace != "guestbook" || rb.RoleRef.Name != role.Name || rb.RoleRef.Kind != "Role" || crb.RoleRef.Name != cr.Name {
+		t.Errorf("bindings do not refer to their roles: %+v %+v", rb, crb)
+	}
+	if diff := cmp.Diff([]rbacv1.Subject{{Kind: "ServiceAccount", Name: "deployer", Namespace: "guestbook"}}, rb.Subjects); diff != "" {
+		t.Errorf("subjects (-want +got):\n%s", diff)
+	}
+}
+
+func TestPermSetGroupsByVerbResourceAndNamespace(t *testing.T) {
+	var s permSet
+	s.add("patch", gvrNamespaces, "", "a", "Namespace a")
+	s.add("patch", gvrNamespaces, "", "b", "Namespace b")
+	s.add("create", gvrNamespaces, "", "", "CreateNamespace")
+	s.add("create", gvrNamespaces, "", "", "again")
+	if len(s.order) != 2 || !cmp.Equal(s.order[0].names, []string{"a", "b"}) || len(s.order[1].names) != 0 || !cmp.Equal(s.order[1].objects, []string{"CreateNamespace"}) {
+		t.Errorf("checks = %+v %+v", s.order[0], s.order[1])
+	}
+}

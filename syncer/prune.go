@@ -1,0 +1,214 @@
+package syncer
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"deputy.dev/deputy/policy/v1alpha1"
+)
+
+// Prune deletes exactly the objects that carry this Application's tracking
+// annotation value and that the sync no longer renders; never an object
+// without the annotation (whatever its labels), never one with another
+// Application's value, never one a controller owns (a Deployment's
+// ReplicaSets inherit its annotations), and never the namespace that
+// CreateNamespace=true created (it carries no annotation). It looks where
+// the Application's objects can be: see pruneScopes.
+
+// selectPruneCandidates picks, from one listed scope, the objects to prune.
+func selectPruneCandidates(scope pruneScope, items []metav1.PartialObjectMetadata, tracking string, rendered map[objKey]bool) []*pruneCandidate {
+	var out []*pruneCandidate
+	for i := range items {
+		it := &items[i]
+		if it.Annotations[TrackingAnnotation] != tracking || it.DeletionTimestamp != nil {
+			continue
+		}
+		if metav1.GetControllerOfNoCopy(it) != nil {
+			continue
+		}
+		c := &pruneCandidate{scope: scope, namespace: it.Namespace, name: it.Name, uid: it.UID}
+		if rendered[c.key()] {
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+func keyLess(a, b objKey) bool {
+	switch {
+	case a.group != b.group:
+		return a.group < b.group
+	case a.kind != b.kind:
+		return a.kind < b.kind
+	case a.namespace != b.namespace:
+		return a.namespace < b.namespace
+	}
+	return a.name < b.name
+}
+
+// prune deletes the candidates after a successful apply; after a failed one,
+// or in a dry run, it only reports them (PruneSkipped).
+func (op *operation) prune(ctx context.Context, cl *clients, p *plan, pf *preflightResult) {
+	if len(pf.candidates) == 0 {
+		return
+	}
+	failed := op.countFailed()
+	switch {
+	case op.req.Sync.DryRun:
+		for _, c := range pf.candidates {
+			op.record(-1, c.result(v1alpha1.ResultCodePruneSkipped, "would be pruned (dry run)"))
+		}
+	case failed > 0:
+		for _, c := range pf.candidates {
+			op.record(-1, c.result(v1alpha1.ResultCodePruneSkipped, fmt.Sprintf("not pruned: %d resources failed to sync, and prune runs only after every resource applied", failed)))
+		}
+	default:
+		op.deleteCandidates(ctx, cl, pf.candidates)
+	}
+}
+
+// deleteCandidates deletes in the reverse of the apply order (namespaced
+// objects first, Namespaces last), each group in parallel. The UID
+// precondition makes sure the object deleted is the one listed.
+func (op *operation) deleteCandidates(ctx context.Context, cl *clients, cands []*pruneCandidate) {
+	byGroup := map[applyGroup][]*pruneCandidate{}
+	for _, c := range cands {
+		g := c.applyGroup()
+		byGroup[g] = append(byGroup[g], c)
+	}
+	for g := groupNamespaced; g >= groupNamespaces; g-- {
+		list := byGroup[g]
+		parallel(len(list), op.e.opts.Parallelism, func(i int) { op.deleteOne(ctx, cl, list[i]) },
+			func(i int, r any) {
+				op.record(-1, list[i].result(v1alpha1.ResultCodeSyncFailed, fmt.Sprintf("internal error in deputy's sync engine: %v", r)))
+			})
+	}
+}
+
+func (op *operation) deleteOne(ctx context.Context, cl *clients, c *pruneCandidate) {
+	uid := c.uid
+	// Background propagation (kubectl delete's default): the object is gone
+	// when prune reports it Pruned, and the garbage collector removes what it
+	// owns. Foreground would leave it in place, with a finalizer, until its
+	// dependents are gone, and for ever where no garbage collector runs.
+	policy := metav1.DeletePropagationBackground
+	err := cl.meta.Resource(c.scope.gvr).Namespace(c.namespace).Delete(ctx, c.name, metav1.DeleteOptions{
+		Preconditions:     &metav1.Preconditions{UID: &uid},
+		PropagationPolicy: &policy,
+	})
+	switch {
+	case err == nil:
+		op.record(-1, c.result(v1alpha1.ResultCodePruned, "pruned"))
+	case apierrors.IsNotFound(err):
+		op.record(-1, c.result(v1alpha1.ResultCodePruned, "already deleted"))
+	case apierrors.IsConflict(err):
+		op.record(-1, c.result(v1alpha1.ResultCodePruneSkipped, "not pruned: the object was replaced after it was listed"))
+	default:
+		op.record(-1, c.result(v1alpha1.ResultCodeSyncFailed, err.Error()))
+	}
+}
+
+func (c *pruneCandidate) applyGroup() applyGroup {
+	switch {
+	case c.scope.gvk.Group == "" && c.scope.gvk.Kind == "Namespace":
+		return groupNamespaces
+	case c.scope.gvk.Group == "apiextensions.k8s.io" && c.scope.gvk.Kind == "CustomResourceDefinition":
+		return groupCRDs
+	case c.namespace == "":
+		return groupCluster
+	}
+	return groupNamespaced
+}
+
+func (c *pruneCandidate) result(status, message string) *v1alpha1.ResourceResult {
+	return &v1alpha1.ResourceResult{Group: c.scope.gvk.Group, Version: c.scope.gvk.Version, Kind: c.scope.gvk.Kind,
+		Namespace: c.namespace, Name: c.name, Status: status, Message: message}
+}
+
+func (op *operation) countFailed() int {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	n := 0
+	for _, r := range op.slots {
+		if r != nil && r.Status == v1alpha1.ResultCodeSyncFailed {
+			n++
+		}
+	}
+	return n
+}
+
+// deleteAll is DeleteResources: the same checks and identity as a sync,
+// then every tracked object of the recorded kinds is deleted.
+func (op *operation) deleteAll(ctx context.Context) {
+	op.deleting = true
+	if err := op.validate(); err != nil {
+		op.fail(err)
+		return
+	}
+	compiled, err := op.resolveDestination(ctx)
+	if err != nil {
+		op.fail(err)
+		return
+	}
+	id, err := op.e.deriveIdentity(compiled, op.app, op.server)
+	if err != nil {
+		op.fail(err)
+		return
+	}
+	op.setIdentity(id.status)
+	cl, err := op.clientsFor(ctx, op.server, id)
+	if err != nil {
+		op.fail(err)
+		return
+	}
+	p := &plan{rendered: map[objKey]bool{}, createSlot: -1}
+	p.objects = op.renderedKinds(ctx, cl)
+	p.pruneScopes = op.pruneScopes(ctx, cl.mapper, compiled, p)
+	p.objects = nil // nothing is applied, and every tracked object goes
+	pf, err := op.preflight(ctx, cl, id, p)
+	if err != nil {
+		op.fail(err)
+		return
+	}
+	op.deleteCandidates(ctx, cl, pf.candidates)
+}
+
+// renderedKinds renders the source (best effort: when the project permits
+// it and it renders) so that deletion also looks at the kinds and namespaces
+// the source holds now, not only those the last operation recorded (which
+// is empty when that operation ended in Error). The objects returned carry
+// only what pruneScopes reads.
+func (op *operation) renderedKinds(ctx context.Context, cl *clients) []*planObject {
+	src := op.app.Spec.Source
+	if helmError(src) != nil || checkSource(op.project, src) != nil {
+		return nil
+	}
+	r, err := op.e.repos.render(ctx, src, "")
+	if err != nil {
+		op.log.Info("deleting: the source does not render; looking only where the last operation recorded objects", "error", err.Error())
+		return nil
+	}
+	var out []*planObject
+	for _, u := range r.objects {
+		gvk := u.GroupVersionKind()
+		m, err := cl.mapper.RESTMappingWithContext(ctx, gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			continue
+		}
+		o := &planObject{obj: u, gvk: gvk, gvr: m.Resource, namespaced: m.Scope.Name() == meta.RESTScopeNameNamespace}
+		switch {
+		case !o.namespaced:
+			u.SetNamespace("")
+		case u.GetNamespace() == "":
+			u.SetNamespace(op.destNamespace)
+		}
+		out = append(out, o)
+	}
+	return out
+}

@@ -124,76 +124,10 @@ func resolveServeConfig(cmd *cobra.Command, f *serveFlags) (*config.DeputyConfig
 			return nil, err
 		}
 	}
-	changed := cmd.Flags().Changed
-	if changed("policy") {
-		cfg.Policy.Paths = f.policy
-	}
-	if changed("listen") {
-		cfg.Listen = f.listen
-	}
-	if changed("cert-dir") {
-		cfg.TLS.CertDir = f.certDir
-	}
-	if changed("tls-cert-file") {
-		cfg.TLS.CertFile = f.certFile
-	}
-	if changed("tls-private-key-file") {
-		cfg.TLS.KeyFile = f.keyFile
-	}
-	if changed("client-ca-file") {
-		cfg.TLS.ClientCAFile = f.clientCAFile
-	}
-	if changed("allowed-client-names") {
-		cfg.TLS.AllowedClientNames = f.allowedNames
-	}
-	if changed("default-decision") {
-		cfg.Authorization.DefaultDecision = f.defaultDecision
-	}
-	if changed("api-audiences") {
-		cfg.Authentication.APIAudiences = f.apiAudiences
-	}
-	if changed("log-level") {
-		cfg.Logging.Level = f.logLevel
-	}
-	if changed("log-format") {
-		cfg.Logging.Format = f.logFormat
-	}
-	if changed("shutdown-delay") {
-		cfg.Shutdown.Delay.Duration = f.shutdownDelay
-	}
-	if changed("shutdown-grace-period") {
-		cfg.Shutdown.GracePeriod.Duration = f.gracePeriod
-	}
-	if changed("require-client-cert-for-validate") {
-		cfg.TLS.RequireClientCertForValidate = f.validateCert
-	}
-	if changed("tls-min-version") {
-		cfg.TLS.MinVersion = f.tlsMinVersion
-	}
-	if changed("policy-poll-interval") {
-		cfg.Policy.PollInterval.Duration = f.pollInterval
-	}
-	if changed("kubeconfig") {
-		cfg.Cluster.Kubeconfig = f.kubeconfig
-	}
-	if changed("context") {
-		cfg.Cluster.Context = f.kubeContext
-	}
-	if changed("in-cluster") {
-		cfg.Cluster.InCluster = f.inCluster
-	}
-	if changed("sync-impersonation-enabled") {
-		cfg.Sync.Impersonation.Enabled = f.syncImpersonationEnabled
-	}
-	if changed("sync-impersonation-enforced") {
-		enforced := f.syncImpersonationEnforced
-		cfg.Sync.Impersonation.Enforced = &enforced
-	}
-	if changed("sync-cache-dir") {
-		cfg.Sync.CacheDir = f.syncCacheDir
-	}
-	if changed("sync-parallelism") {
-		cfg.Sync.Parallelism = f.syncParallelism
+	for name, apply := range flagOverrides(cfg, f) {
+		if cmd.Flags().Changed(name) {
+			apply()
+		}
 	}
 	cfg.APIVersion, cfg.Kind = config.APIVersion, config.Kind
 	config.SetDefaults(cfg)
@@ -207,6 +141,36 @@ func resolveServeConfig(cmd *cobra.Command, f *serveFlags) (*config.DeputyConfig
 		return nil, fmt.Errorf("%s", b.String())
 	}
 	return cfg, nil
+}
+
+// flagOverrides maps every flag of `deputy serve` but --config to the
+// configuration field it sets when given.
+func flagOverrides(cfg *config.DeputyConfiguration, f *serveFlags) map[string]func() {
+	return map[string]func(){
+		"policy":                           func() { cfg.Policy.Paths = f.policy },
+		"listen":                           func() { cfg.Listen = f.listen },
+		"cert-dir":                         func() { cfg.TLS.CertDir = f.certDir },
+		"tls-cert-file":                    func() { cfg.TLS.CertFile = f.certFile },
+		"tls-private-key-file":             func() { cfg.TLS.KeyFile = f.keyFile },
+		"client-ca-file":                   func() { cfg.TLS.ClientCAFile = f.clientCAFile },
+		"allowed-client-names":             func() { cfg.TLS.AllowedClientNames = f.allowedNames },
+		"require-client-cert-for-validate": func() { cfg.TLS.RequireClientCertForValidate = f.validateCert },
+		"tls-min-version":                  func() { cfg.TLS.MinVersion = f.tlsMinVersion },
+		"default-decision":                 func() { cfg.Authorization.DefaultDecision = f.defaultDecision },
+		"api-audiences":                    func() { cfg.Authentication.APIAudiences = f.apiAudiences },
+		"log-level":                        func() { cfg.Logging.Level = f.logLevel },
+		"log-format":                       func() { cfg.Logging.Format = f.logFormat },
+		"shutdown-delay":                   func() { cfg.Shutdown.Delay.Duration = f.shutdownDelay },
+		"shutdown-grace-period":            func() { cfg.Shutdown.GracePeriod.Duration = f.gracePeriod },
+		"policy-poll-interval":             func() { cfg.Policy.PollInterval.Duration = f.pollInterval },
+		"kubeconfig":                       func() { cfg.Cluster.Kubeconfig = f.kubeconfig },
+		"context":                          func() { cfg.Cluster.Context = f.kubeContext },
+		"in-cluster":                       func() { cfg.Cluster.InCluster = f.inCluster },
+		"sync-impersonation-enabled":       func() { cfg.Sync.Impersonation.Enabled = f.syncImpersonationEnabled },
+		"sync-impersonation-enforced":      func() { e := f.syncImpersonationEnforced; cfg.Sync.Impersonation.Enforced = &e },
+		"sync-cache-dir":                   func() { cfg.Sync.CacheDir = f.syncCacheDir },
+		"sync-parallelism":                 func() { cfg.Sync.Parallelism = f.syncParallelism },
+	}
 }
 
 // runServe is the real serveFunc.

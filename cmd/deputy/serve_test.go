@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"deputy.dev/deputy/config"
 )
 
@@ -168,6 +170,26 @@ func TestValidateNamesTheBrokenFile(t *testing.T) {
 	for _, w := range []string{"bad.yaml: document 1 (line 1)", "metadata.namespace: Required value"} {
 		if !strings.Contains(errb.String(), w) {
 			t.Errorf("stderr lacks %q:\n%s", w, errb.String())
+		}
+	}
+}
+
+// Every flag of deputy serve (but --config) must override a field; a flag
+// added without an entry would be silently ignored.
+func TestEveryServeFlagOverridesAField(t *testing.T) {
+	cmd := newServeCommand(func(context.Context, *config.DeputyConfiguration, io.Writer) error { return nil })
+	overrides := flagOverrides(&config.DeputyConfiguration{}, &serveFlags{})
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if f.Name == "config" || f.Name == "help" {
+			return
+		}
+		if _, ok := overrides[f.Name]; !ok {
+			t.Errorf("flag --%s has no entry in flagOverrides", f.Name)
+		}
+	})
+	for name := range overrides {
+		if cmd.Flags().Lookup(name) == nil {
+			t.Errorf("flagOverrides has %q, which is not a flag", name)
 		}
 	}
 }

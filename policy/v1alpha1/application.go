@@ -14,7 +14,7 @@ type Application struct {
 	Spec              ApplicationSpec `json:"spec"`
 	// Operation is a requested sync, recorded by whichever replica received
 	// the request and run by the leader (as Argo CD's Application.operation).
-	Operation *Operation          `json:"operation,omitempty"`
+	Operation *Operation        `json:"operation,omitempty"`
 	Status    ApplicationStatus `json:"status,omitempty"`
 }
 

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"mime"
 	"net/http"
@@ -363,16 +362,9 @@ func (h *APIHandler) sync(w http.ResponseWriter, r *http.Request) {
 // 415, a body over maxSyncRequestBytes 413.
 func readSyncOperation(w http.ResponseWriter, r *http.Request) (v1alpha1.SyncOperation, *statusError) {
 	var op v1alpha1.SyncOperation
-	if r.ContentLength > maxSyncRequestBytes {
-		return op, tooLarge(maxSyncRequestBytes)
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxSyncRequestBytes))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return op, tooLarge(maxSyncRequestBytes)
-		}
-		return op, badRequest("failed to read request body: %v", err)
+	body, serr := readLimitedBody(w, r, maxSyncRequestBytes)
+	if serr != nil {
+		return op, serr
 	}
 	if len(strings.TrimSpace(string(body))) == 0 {
 		return op, nil // no body: sync the source's targetRevision, no prune, no dry run

@@ -56,6 +56,20 @@ func readReviewBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte
 		return nil, &statusError{code: http.StatusUnsupportedMediaType, reason: metav1.StatusReasonUnsupportedMediaType,
 			message: fmt.Sprintf("unsupported content type %q: send application/json", ct)}
 	}
+	body, serr := readLimitedBody(w, r, limit)
+	if serr != nil {
+		return nil, serr
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil, badRequest("request body is empty: send a JSON review object")
+	}
+	return body, nil
+}
+
+// readLimitedBody reads the whole body, answering 413 for a declared or
+// actual length above limit (the body is not read further) and 400 when it
+// cannot be read.
+func readLimitedBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *statusError) {
 	if r.ContentLength > limit {
 		return nil, tooLarge(limit)
 	}
@@ -66,9 +80,6 @@ func readReviewBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte
 			return nil, tooLarge(limit)
 		}
 		return nil, badRequest("failed to read request body: %v", err)
-	}
-	if len(bytes.TrimSpace(body)) == 0 {
-		return nil, badRequest("request body is empty: send a JSON review object")
 	}
 	return body, nil
 }

@@ -2,6 +2,7 @@ package syncer
 
 import (
 	"context"
+	"deputy.dev/deputy/policy"
 	"fmt"
 	"net/http"
 	"strings"
@@ -41,6 +42,20 @@ type clients struct {
 	// controller is the controller identity without impersonation: used
 	// only to check that the ServiceAccount exists (see checkServiceAccount).
 	controller kubernetes.Interface
+}
+
+// impersonate is the step every path that touches the destination takes
+// (apply, dry run, prune, deletion): derive the identity from the project
+// (with the enforcement setting), record it in the operation state, and build
+// the clients that act as it.
+func (op *operation) impersonate(ctx context.Context, compiled *policy.CompiledProject) (identity, *clients, error) {
+	id, err := op.e.deriveIdentity(compiled, op.app, op.server)
+	if err != nil {
+		return id, nil, err
+	}
+	op.setIdentity(id.status)
+	cl, err := op.clientsFor(ctx, op.server, id)
+	return id, cl, err
 }
 
 // clientsFor builds the clients of an operation on server as id, runs

@@ -94,13 +94,7 @@ func (op *operation) sync(ctx context.Context) {
 		return
 	}
 
-	id, err := op.e.deriveIdentity(compiled, op.app, op.server)
-	if err != nil {
-		op.fail(err)
-		return
-	}
-	op.setIdentity(id.status)
-	cl, err := op.clientsFor(ctx, op.server, id)
+	id, cl, err := op.impersonate(ctx, compiled)
 	if err != nil {
 		op.fail(err)
 		return

@@ -2,7 +2,6 @@ package syncer
 
 import (
 	"context"
-	"deputy.dev/deputy/policy"
 	"fmt"
 	"net/http"
 	"strings"
@@ -17,6 +16,8 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
+
+	"deputy.dev/deputy/policy"
 )
 
 // clients are one operation's API clients. Every one but controller acts as

@@ -96,6 +96,8 @@ func (m *Metrics) PolicyLoad(ok bool, ready bool, at time.Time) {
 // instrument wraps an endpoint handler with request, status and latency metrics.
 func (m *Metrics) instrument(endpoint string, next http.Handler) http.Handler {
 	duration := m.duration.WithLabelValues(endpoint)
+	// Nearly every answer is a 200: resolve that series once, not per request.
+	ok := m.requests.WithLabelValues(endpoint, "200")
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		m.inFlight.Inc()
@@ -110,7 +112,11 @@ func (m *Metrics) instrument(endpoint string, next http.Handler) http.Handler {
 			}
 			m.inFlight.Dec()
 			duration.Observe(time.Since(start).Seconds())
-			m.requests.WithLabelValues(endpoint, strconv.Itoa(code)).Inc()
+			if code == http.StatusOK {
+				ok.Inc()
+			} else {
+				m.requests.WithLabelValues(endpoint, strconv.Itoa(code)).Inc()
+			}
 		}()
 		next.ServeHTTP(rec, r)
 		returned = true

@@ -70,6 +70,15 @@ type Sync struct {
 	// Parallelism is how many operations (of different Applications) run at
 	// once; more wait their turn. Default 8.
 	Parallelism int `json:"parallelism,omitempty"`
+	// ReconcilePeriod is how often (cluster mode) the leader looks at every
+	// automated Application: it syncs when Git moved, and always when
+	// selfHeal is set. Default 3m, as Argo CD's timeout.reconciliation.
+	ReconcilePeriod metav1.Duration `json:"reconcilePeriod,omitempty"`
+	// LeaderElection configures the Lease that decides which replica runs
+	// operations in cluster mode (every replica serves the webhooks).
+	LeaderElection LeaderElection `json:"leaderElection,omitempty"`
+	// Webhook configures the Git push webhook POST /api/webhook.
+	Webhook GitWebhook `json:"webhook,omitempty"`
 }
 
 // SyncImpersonation are Argo CD's impersonation settings.
@@ -257,16 +266,6 @@ type ProtectedTargets struct {
 	ServiceAccountNamespaces []string `json:"serviceAccountNamespaces,omitempty"`
 }
 
-// Authentication configures TokenReview answers.
-type Authentication struct {
-	// APIAudiences are the audiences static tokens are valid for; a
-	// TokenReview without spec.audiences is checked against these, one with
-	// audiences must intersect them. kube-apiserver sends its --api-audiences
-	// (by default its --service-account-issuer). Default:
-	// [https://kubernetes.default.svc.cluster.local].
-	APIAudiences []string `json:"apiAudiences,omitempty"`
-}
-
 // Shutdown configures graceful termination.
 type Shutdown struct {
 	// Delay keeps serving (with /readyz red) this long after SIGTERM so load
@@ -337,9 +336,7 @@ func SetDefaults(c *DeputyConfiguration) {
 		c.Authorization.DefaultDecision = "NoOpinion"
 	}
 	SetImpersonationDefaults(&c.Authorization.Impersonation)
-	if len(c.Authentication.APIAudiences) == 0 {
-		c.Authentication.APIAudiences = []string{DefaultAPIAudience}
-	}
+	SetAuthenticationDefaults(&c.Authentication)
 	if c.Shutdown.GracePeriod.Duration == 0 {
 		c.Shutdown.GracePeriod.Duration = DefaultGracePeriod
 	}
@@ -350,6 +347,7 @@ func SetDefaults(c *DeputyConfiguration) {
 		c.Logging.Format = "text"
 	}
 	SetSyncDefaults(&c.Sync, c.Cluster)
+	SetControllerDefaults(&c.Sync)
 }
 
 // SetSyncDefaults fills the sync engine's defaults: impersonation enforced,
@@ -494,11 +492,7 @@ func Validate(c *DeputyConfiguration) field.ErrorList {
 	if c.Cluster.Context != "" && c.Cluster.Kubeconfig == "" {
 		errs = append(errs, field.Invalid(field.NewPath("cluster", "context"), c.Cluster.Context, "a context needs cluster.kubeconfig (--kubeconfig): it names a context in that file"))
 	}
-	for i, a := range c.Authentication.APIAudiences {
-		if strings.TrimSpace(a) == "" {
-			errs = append(errs, field.Invalid(field.NewPath("authentication", "apiAudiences").Index(i), a, "must not be empty"))
-		}
-	}
+	errs = append(errs, validateAuthentication(&c.Authentication, c.Cluster, field.NewPath("authentication"))...)
 	if c.Shutdown.Delay.Duration < 0 {
 		errs = append(errs, field.Invalid(field.NewPath("shutdown", "delay"), c.Shutdown.Delay.Duration.String(), "must not be negative"))
 	}
@@ -516,6 +510,7 @@ func Validate(c *DeputyConfiguration) field.ErrorList {
 		errs = append(errs, field.NotSupported(field.NewPath("logging", "format"), c.Logging.Format, []string{"text", "json"}))
 	}
 	errs = append(errs, validateSync(&c.Sync, c.Cluster, field.NewPath("sync"))...)
+	errs = append(errs, validateController(&c.Sync, c.Cluster, field.NewPath("sync"))...)
 	return errs
 }
 

@@ -70,6 +70,9 @@ type Sync struct {
 	// Parallelism is how many operations (of different Applications) run at
 	// once; more wait their turn. Default 8.
 	Parallelism int `json:"parallelism,omitempty"`
+	// ApplicationNamespaces are the namespaces whose Applications deputy
+	// reconciles in cluster mode; empty means every namespace.
+	ApplicationNamespaces []string `json:"applicationNamespaces,omitempty"`
 	// ReconcilePeriod is how often (cluster mode) the leader looks at every
 	// automated Application: it syncs when Git moved, and always when
 	// selfHeal is set. Default 3m, as Argo CD's timeout.reconciliation.

@@ -95,6 +95,11 @@ func validateController(s *Sync, _ Cluster, fld *field.Path) field.ErrorList {
 	if s.ReconcilePeriod.Duration < minReconcilePeriod {
 		errs = append(errs, field.Invalid(fld.Child("reconcilePeriod"), s.ReconcilePeriod.Duration.String(), "must be at least 10s, e.g. 3m"))
 	}
+	for i, ns := range s.ApplicationNamespaces {
+		for _, msg := range validation.ValidateNamespaceName(ns, false) {
+			errs = append(errs, field.Invalid(fld.Child("applicationNamespaces").Index(i), ns, msg))
+		}
+	}
 	le, lf := s.LeaderElection, fld.Child("leaderElection")
 	if le.LeaseNamespace != "" {
 		for _, msg := range validation.ValidateNamespaceName(le.LeaseNamespace, false) {

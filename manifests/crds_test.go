@@ -184,6 +184,10 @@ func compareSchema(t *testing.T, path string, typ reflect.Type, s apiextensionsv
 		if s.Type != "boolean" {
 			t.Errorf("%s: schema type %q, want boolean", path, s.Type)
 		}
+	case reflect.Int64:
+		if s.Type != "integer" || s.Format != "int64" {
+			t.Errorf("%s: schema type %q format %q, want integer int64", path, s.Type, s.Format)
+		}
 	case reflect.String:
 		if s.Type != "string" {
 			t.Errorf("%s: schema type %q, want string", path, s.Type)

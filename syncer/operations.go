@@ -159,6 +159,9 @@ func (o *Operations) Start(ctx context.Context, app *v1alpha1.Application, proje
 		Operation: v1alpha1.Operation{Sync: &opCopy, InitiatedBy: initiatedBy},
 		Phase:     v1alpha1.OperationRunning,
 		StartedAt: metav1.Now(),
+		// The generation that recorded the operation (cluster mode): see
+		// OperationState.ObservedGeneration.
+		ObservedGeneration: app.Generation,
 	}
 	req := Request{Application: app.DeepCopy(), Project: project.DeepCopy(), Sync: op, InitiatedBy: initiatedBy}
 
@@ -284,6 +287,9 @@ func inherit(s, prev *v1alpha1.OperationState) {
 	}
 	if s.StartedAt.IsZero() {
 		s.StartedAt = prev.StartedAt
+	}
+	if s.ObservedGeneration == 0 {
+		s.ObservedGeneration = prev.ObservedGeneration
 	}
 	if s.Phase == "" {
 		s.Phase = v1alpha1.OperationRunning

@@ -133,8 +133,10 @@ type APIOptions struct {
 	Authorizer authorizer.Authorizer
 	// Applications finds Applications and their AppProjects.
 	Applications ApplicationStore
-	// Operations runs syncs and keeps their state.
-	Operations *syncer.Operations
+	// Operations starts syncs and reports their state: the operations queue
+	// in file mode (*syncer.Operations), the Applications' operation field
+	// and status in cluster mode.
+	Operations SyncService
 	Log        *slog.Logger
 }
 
@@ -347,6 +349,12 @@ func (h *APIHandler) sync(w http.ResponseWriter, r *http.Request) {
 		return
 	case errors.Is(err, syncer.ErrShuttingDown):
 		writeAPIError(w, apierrors.NewServiceUnavailable(err.Error()), "")
+		return
+	case apierrors.IsNotFound(err):
+		writeAPIError(w, apierrors.NewNotFound(applicationsResource, name), "")
+		return
+	case apierrors.IsConflict(err):
+		writeAPIError(w, apierrors.NewConflict(applicationsResource, name, err), "")
 		return
 	case err != nil:
 		log.Error("sync could not start", "application", ns+"/"+name, "error", err.Error())

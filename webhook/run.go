@@ -105,6 +105,7 @@ func Run(ctx context.Context, cfg *config.DeputyConfiguration, log *slog.Logger,
 	// the first request after a change does not pay for it.
 	var gate atomic.Pointer[authorizer.Gate]
 	var clusterState authorizer.ClusterStateFunc
+	var clusterRESTConfig *rest.Config // cluster mode: deputy's own identity
 	if cfg.Cluster.Kubeconfig != "" || cfg.Cluster.InCluster {
 		restCfg, err := ClusterRESTConfig(cfg.Cluster)
 		if err != nil {
@@ -126,6 +127,7 @@ func Run(ctx context.Context, cfg *config.DeputyConfiguration, log *slog.Logger,
 		}()
 		defer func() { cancel(); <-done }()
 		clusterState = cluster.Current
+		clusterRESTConfig = restCfg
 		readiness = append(readiness, ReadinessCheck{Name: "cluster", Check: clusterReady(cluster)})
 	}
 
@@ -165,20 +167,45 @@ func Run(ctx context.Context, cfg *config.DeputyConfiguration, log *slog.Logger,
 	// deputy's own API, whose callers are authenticated by the same token
 	// chain (and client certificates of the client CA) and authorized by the
 	// same authorizer as /authorize.
-	ops := syncer.NewOperations(newSyncRunner(cfg, log), syncer.OperationsOptions{Workers: cfg.Sync.Parallelism, Logger: log})
-	defer func() {
-		drainCtx, cancel := context.WithTimeout(context.Background(), cfg.Shutdown.GracePeriod.Duration)
-		defer cancel()
-		if err := ops.Shutdown(drainCtx); err != nil {
-			log.Error("sync operations did not finish before shutdown", "error", err.Error())
+	runner, revisions := newSyncRunner(cfg, log)
+	var syncs SyncService
+	var apps ApplicationStore
+	if clusterRESTConfig != nil {
+		// Cluster mode: Applications live in the cluster; a sync requested
+		// here is recorded on the Application and the leader runs it.
+		controller, err := newController(cfg, clusterRESTConfig, runner, revisions, clusterState, log)
+		if err != nil {
+			return err
 		}
-	}()
+		controllerDone := make(chan struct{})
+		go func() {
+			defer close(controllerDone)
+			if err := controller.Run(runCtx); err != nil {
+				log.Error("the Application controller stopped; this replica runs no operations", "error", err.Error())
+			}
+		}()
+		// Stop (drain, release the Lease) before returning.
+		defer func() { cancel(); <-controllerDone }()
+		syncs = controller
+		apps = ClusterApplications(controller, ClusterProjects(clusterState))
+	} else {
+		ops := syncer.NewOperations(runner, syncer.OperationsOptions{Workers: cfg.Sync.Parallelism, Logger: log})
+		defer func() {
+			drainCtx, cancel := context.WithTimeout(context.Background(), cfg.Shutdown.GracePeriod.Duration)
+			defer cancel()
+			if err := ops.Shutdown(drainCtx); err != nil {
+				log.Error("sync operations did not finish before shutdown", "error", err.Error())
+			}
+		}()
+		syncs = ops
+		apps = SnapshotApplications(source.Current)
+	}
 	api := NewAPIHandler(APIOptions{
 		Authenticator: NewAPIAuthenticator(tokens, clientCAVerify),
 		APIAudiences:  cfg.Authentication.APIAudiences,
 		Authorizer:    authz,
-		Applications:  SnapshotApplications(source.Current),
-		Operations:    ops,
+		Applications:  apps,
+		Operations:    syncs,
 		Log:           log,
 	})
 
@@ -303,7 +330,7 @@ func fileExists(p string) bool {
 // created, a Secret client cannot be made) does not stop deputy from serving
 // its webhooks: every operation then fails with the reason, and the error is
 // logged at start.
-func newSyncRunner(cfg *config.DeputyConfiguration, log *slog.Logger) syncer.Runner {
+func newSyncRunner(cfg *config.DeputyConfiguration, log *slog.Logger) (syncer.Runner, syncer.RevisionResolver) {
 	creds := make([]syncer.RepoCredential, 0, len(cfg.Sync.Repositories))
 	needSecrets := false
 	for _, r := range cfg.Sync.Repositories {
@@ -326,7 +353,8 @@ func newSyncRunner(cfg *config.DeputyConfiguration, log *slog.Logger) syncer.Run
 		}
 		if err != nil {
 			log.Error("sync engine not available: cannot read repository Secrets", "error", err.Error())
-			return unavailableRunner{reason: "cannot read the repository credential Secrets: " + err.Error()}
+			u := unavailableRunner{reason: "cannot read the repository credential Secrets: " + err.Error()}
+			return u, u
 		}
 	}
 	engine, err := syncer.NewEngine(syncer.EngineOptions{
@@ -339,9 +367,10 @@ func newSyncRunner(cfg *config.DeputyConfiguration, log *slog.Logger) syncer.Run
 	})
 	if err != nil {
 		log.Error("sync engine not available", "error", err.Error())
-		return unavailableRunner{reason: err.Error()}
+		u := unavailableRunner{reason: err.Error()}
+		return u, u
 	}
-	return engine
+	return engine, engine
 }
 
 // unavailableRunner ends every operation at once with an Error phase naming
@@ -357,6 +386,12 @@ func (u unavailableRunner) Run(_ context.Context, req syncer.Request, _ syncer.P
 		StartedAt:  now,
 		FinishedAt: &now,
 	}
+}
+
+// ResolveRevision implements syncer.RevisionResolver: it fails with the
+// reason the engine is not available.
+func (u unavailableRunner) ResolveRevision(context.Context, *v1alpha1.Application) (string, error) {
+	return "", errors.New("sync engine not available: " + u.reason)
 }
 
 // syncClusters is the cluster registry of sync.clusters for the engine:

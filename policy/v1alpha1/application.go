@@ -139,6 +139,14 @@ type OperationState struct {
 	StartedAt  metav1.Time          `json:"startedAt"`
 	FinishedAt *metav1.Time         `json:"finishedAt,omitempty"`
 	SyncResult *SyncOperationResult `json:"syncResult,omitempty"`
+	// ObservedGeneration is the Application's metadata.generation when the
+	// operation started, i.e. the generation that recorded its operation
+	// field (cluster mode; recording or clearing the operation field bumps
+	// the generation). A final state of the current generation means the
+	// operation is done and only the removal of the operation field is
+	// pending; a Running one that no replica runs was interrupted by a
+	// change of leader and is run again.
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 }
 
 // SyncOperationResult is the per-resource outcome of a sync.

@@ -29,7 +29,8 @@ var (
 )
 
 // deputyConfig is the e2e DeputyConfiguration: Argo CD's application
-// controller is the sync identity, reading argoproj.io AppProjects in argocd;
+// controller is a sync identity, reading argoproj.io AppProjects in argocd,
+// and so is deputy's own (deputy-system/deputy, deputy.dev AppProjects);
 // constrained impersonation is required so that the gate's per-action checks
 // are what the tests observe.
 func deputyConfig(strict bool) string {
@@ -41,8 +42,15 @@ authorization:
     - serviceAccount: argocd/argocd-application-controller
       projects: {apiGroups: [argoproj.io], namespaces: [argocd]}
       applicationNamespaces: [argocd]
+    - serviceAccount: deputy-system/deputy
     strict: %t
     requireConstrained: true
+sync:
+  # The Application controllers under test are the pair that
+  # controller_test.go starts; this deputy answers kube-apiserver's webhooks
+  # and leaves their Applications alone.
+  applicationNamespaces: [e2e-main-deputy]
+  leaderElection: {leaseNamespace: default}
 `, strict)
 }
 

@@ -1,0 +1,753 @@
+package syncer
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/client-go/util/workqueue"
+
+	"deputy.dev/deputy/policy"
+	"deputy.dev/deputy/policy/v1alpha1"
+)
+
+// ApplicationsResource is the resource of deputy.dev Applications.
+var ApplicationsResource = schema.GroupVersionResource{Group: v1alpha1.Group, Version: v1alpha1.Version, Resource: "applications"}
+
+// RevisionResolver resolves an Application's targetRevision to a commit SHA
+// (the Engine implements it).
+type RevisionResolver interface {
+	ResolveRevision(ctx context.Context, app *v1alpha1.Application) (string, error)
+}
+
+// LeaderElectionOptions configure the Lease of client-go's leader election
+// (k8s.io/client-go/tools/leaderelection; the durations have its meaning).
+type LeaderElectionOptions struct {
+	// Namespace and Name locate the coordination.k8s.io/v1 Lease.
+	Namespace, Name string
+	// Identity names this replica in the Lease; "" means host name plus a
+	// random suffix.
+	Identity string
+	// LeaseDuration, RenewDeadline and RetryPeriod: client-go's
+	// LeaderElectionConfig fields (LeaseDuration > RenewDeadline >
+	// 1.2 × RetryPeriod).
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+}
+
+// ControllerOptions configure NewController. Config, Runner, Revisions and
+// Projects are required.
+type ControllerOptions struct {
+	// Config is deputy's own client configuration (its ServiceAccount in a
+	// Pod): it reads and updates Applications, holds the Lease. It never
+	// touches an Application's destination (the Runner does, impersonating).
+	Config *rest.Config
+	// Runner runs operations (the Engine).
+	Runner Runner
+	// Revisions resolves targetRevisions for automated syncs (the Engine).
+	Revisions RevisionResolver
+	// Projects returns the deputy.dev AppProject namespace/name, nil when
+	// there is none, or policy.ErrNotLoaded while the AppProjects have not
+	// been listed yet.
+	Projects func(namespace, name string) (*v1alpha1.AppProject, error)
+	// Workers bounds the operations running at once (sync.parallelism).
+	Workers int
+	// ReconcilePeriod is how often automated Applications are looked at.
+	ReconcilePeriod time.Duration
+	// ShutdownGrace bounds how long running operations may take to finish
+	// when deputy stops while leading; operations still running then are
+	// cancelled and left to the next leader.
+	ShutdownGrace time.Duration
+	// Namespaces are the namespaces whose Applications this controller
+	// reconciles; empty means every namespace.
+	Namespaces []string
+	// LeaderElection configures the Lease.
+	LeaderElection LeaderElectionOptions
+	Logger         *slog.Logger
+}
+
+// Controller is deputy's Application controller for cluster mode. Every
+// replica runs one: it watches Applications through an informer, records
+// requested syncs on the Application (its operation field, as Argo CD
+// does), and serves their status and progress. Only the replica holding the
+// Lease (client-go leader election) runs operations: it starts the
+// operation an Application records, writes the state to the status
+// subresource, then removes the operation field; it also syncs automated
+// Applications when Git moved and, with selfHeal, every ReconcilePeriod.
+//
+// A leader that loses the Lease mid-operation cancels it and writes nothing
+// more: the operation field and the Running state stay, and the next leader
+// runs the operation again from the start (server-side apply and prune are
+// idempotent), so an operation is never left half-pruned and marked done.
+type Controller struct {
+	opts       ControllerOptions
+	log        *slog.Logger
+	client     dynamic.NamespaceableResourceInterface
+	kube       kubernetes.Interface
+	informer   cache.SharedIndexInformer
+	namespaces map[string]bool
+	identity   string
+
+	leading atomic.Bool
+	ops     atomic.Pointer[Operations]
+
+	mu       sync.Mutex
+	queue    workqueue.TypedRateLimitingInterface[string]
+	termDone chan struct{}
+	pending  map[string]int64 // requested through this replica: key -> generation that recorded it
+	cleared  map[string]int64 // this term: key -> generation after the operation field was removed
+	due      map[string]bool  // automated check due
+	subs     map[string]map[*appSub]struct{}
+}
+
+// NewController builds the controller; Run starts it.
+//
+// Errors: a required option is missing, or a client cannot be built from
+// Config.
+func NewController(opts ControllerOptions) (*Controller, error) {
+	switch {
+	case opts.Config == nil:
+		return nil, errors.New("syncer: ControllerOptions.Config is required")
+	case opts.Runner == nil:
+		return nil, errors.New("syncer: ControllerOptions.Runner is required")
+	case opts.Revisions == nil:
+		return nil, errors.New("syncer: ControllerOptions.Revisions is required")
+	case opts.Projects == nil:
+		return nil, errors.New("syncer: ControllerOptions.Projects is required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.ReconcilePeriod <= 0 {
+		opts.ReconcilePeriod = 3 * time.Minute
+	}
+	if opts.ShutdownGrace <= 0 {
+		opts.ShutdownGrace = 30 * time.Second
+	}
+	le := &opts.LeaderElection
+	if le.Namespace == "" || le.Name == "" {
+		return nil, errors.New("syncer: ControllerOptions.LeaderElection needs Namespace and Name")
+	}
+	if le.LeaseDuration == 0 {
+		le.LeaseDuration, le.RenewDeadline, le.RetryPeriod = 15*time.Second, 10*time.Second, 2*time.Second
+	}
+	dyn, err := dynamic.NewForConfig(opts.Config)
+	if err != nil {
+		return nil, fmt.Errorf("syncer: failed to build the Applications client: %w", err)
+	}
+	kube, err := kubernetes.NewForConfig(opts.Config)
+	if err != nil {
+		return nil, fmt.Errorf("syncer: failed to build the Lease client: %w", err)
+	}
+	identity := le.Identity
+	if identity == "" {
+		host, _ := os.Hostname()
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		identity = cmpOr(host, "deputy") + "_" + hex.EncodeToString(b[:])
+	}
+	c := &Controller{
+		opts: opts, log: opts.Logger.With("controller", "applications"),
+		client: dyn.Resource(ApplicationsResource), kube: kube, identity: identity,
+		pending: map[string]int64{}, cleared: map[string]int64{}, due: map[string]bool{},
+		subs: map[string]map[*appSub]struct{}{},
+	}
+	if len(opts.Namespaces) > 0 {
+		c.namespaces = map[string]bool{}
+		for _, ns := range opts.Namespaces {
+			c.namespaces[ns] = true
+		}
+	}
+	c.informer = dynamicinformer.NewFilteredDynamicInformer(dyn, ApplicationsResource, metav1.NamespaceAll, 0,
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil).Informer()
+	// The store holds typed Applications: converted once per event, not per
+	// lookup. Applications of other namespaces are dropped here.
+	if err := c.informer.SetTransform(c.transform); err != nil {
+		return nil, err
+	}
+	var lastWatchErr atomic.Value
+	_ = c.informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+		// The CRD may not be installed yet: say so once per distinct error.
+		if prev, _ := lastWatchErr.Load().(string); prev != err.Error() {
+			lastWatchErr.Store(err.Error())
+			c.log.Warn("listing or watching deputy.dev Applications failed (is the Application CRD installed? is deputy allowed to list and watch applications?)", "error", err.Error())
+		}
+	})
+	if _, err := c.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.onEvent,
+		UpdateFunc: func(_, obj any) { c.onEvent(obj) },
+		DeleteFunc: c.onEvent,
+	}); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Identity is this replica's name in the Lease.
+func (c *Controller) Identity() string { return c.identity }
+
+// IsLeader reports whether this replica holds the Lease now.
+func (c *Controller) IsLeader() bool { return c.leading.Load() }
+
+// Synced reports whether the Applications have been listed.
+func (c *Controller) Synced() bool { return c.informer.HasSynced() }
+
+func (c *Controller) manages(namespace string) bool {
+	return c.namespaces == nil || c.namespaces[namespace]
+}
+
+// skipped marks objects of unmanaged namespaces, which the store keeps
+// under their key but as this value (a transform cannot drop an object).
+type skipped struct{ metav1.ObjectMeta }
+
+func (c *Controller) transform(obj any) (any, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj, nil // tombstones keep what the store held
+	}
+	if !c.manages(u.GetNamespace()) {
+		return &skipped{ObjectMeta: metav1.ObjectMeta{Namespace: u.GetNamespace(), Name: u.GetName()}}, nil
+	}
+	u.SetManagedFields(nil)
+	app := &v1alpha1.Application{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, app); err != nil {
+		// The CRD's schema makes this unreachable for stored objects; keep
+		// the identity so that the Application is known but not run.
+		c.log.Error("Application does not decode; it is ignored until fixed", "application", u.GetNamespace()+"/"+u.GetName(), "error", err.Error())
+		return &skipped{ObjectMeta: metav1.ObjectMeta{Namespace: u.GetNamespace(), Name: u.GetName()}}, nil
+	}
+	return app, nil
+}
+
+func (c *Controller) onEvent(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	app, ok := obj.(*v1alpha1.Application)
+	if !ok {
+		return
+	}
+	key := appKey(app.Namespace, app.Name)
+	c.mu.Lock()
+	if gen, ok := c.pending[key]; ok && app.Generation >= gen {
+		delete(c.pending, key)
+	}
+	for s := range c.subs[key] {
+		s.notify()
+	}
+	q := c.queue
+	c.mu.Unlock()
+	if q != nil {
+		q.Add(key)
+	}
+}
+
+// Application returns the Application namespace/name from the informer's
+// store, nil when there is none (or it is in a namespace this controller
+// does not reconcile).
+//
+// Errors: policy.ErrNotLoaded until the Applications have been listed.
+func (c *Controller) Application(namespace, name string) (*v1alpha1.Application, error) {
+	if !c.informer.HasSynced() {
+		return nil, policy.ErrNotLoaded
+	}
+	return c.get(appKey(namespace, name)), nil
+}
+
+// Applications lists the Applications this controller reconciles (copies).
+//
+// Errors: policy.ErrNotLoaded until they have been listed.
+func (c *Controller) Applications() ([]*v1alpha1.Application, error) {
+	if !c.informer.HasSynced() {
+		return nil, policy.ErrNotLoaded
+	}
+	var out []*v1alpha1.Application
+	for _, obj := range c.informer.GetStore().List() {
+		if app, ok := obj.(*v1alpha1.Application); ok {
+			out = append(out, app.DeepCopy())
+		}
+	}
+	return out, nil
+}
+
+func (c *Controller) get(key string) *v1alpha1.Application {
+	obj, ok, err := c.informer.GetStore().GetByKey(key)
+	if err != nil || !ok {
+		return nil
+	}
+	app, ok := obj.(*v1alpha1.Application)
+	if !ok {
+		return nil
+	}
+	return app.DeepCopy()
+}
+
+// Start records a sync on the Application (its operation field) for the
+// leader to run, and returns the requested operation as a Running state
+// whose ObservedGeneration is the generation that recorded it. project is
+// not used: the leader looks the AppProject up when it starts the
+// operation. It implements the API's SyncService in cluster mode.
+//
+// Errors: ErrOperationInProgress when the Application already records an
+// operation; the API's NotFound when the Application is gone; an error
+// naming sync.applicationNamespaces for an Application this controller does
+// not reconcile; other API errors (apierrors.StatusError) as they come.
+func (c *Controller) Start(ctx context.Context, app *v1alpha1.Application, _ *v1alpha1.AppProject, op v1alpha1.SyncOperation, initiatedBy v1alpha1.InitiatedBy) (*v1alpha1.OperationState, error) {
+	if app == nil {
+		return nil, errors.New("failed to start a sync: an Application is required")
+	}
+	if !c.manages(app.Namespace) {
+		return nil, fmt.Errorf("deputy does not reconcile Applications in namespace %q: add it to sync.applicationNamespaces", app.Namespace)
+	}
+	opCopy := op
+	operation := v1alpha1.Operation{Sync: &opCopy, InitiatedBy: initiatedBy}
+	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&operation)
+	if err != nil {
+		return nil, err
+	}
+	var recorded *unstructured.Unstructured
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		u, err := c.client.Namespace(app.Namespace).Get(ctx, app.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if existing, found, _ := unstructured.NestedFieldNoCopy(u.Object, "operation"); found && existing != nil {
+			return ErrOperationInProgress
+		}
+		u.Object["operation"] = content
+		recorded, err = c.client.Namespace(app.Namespace).Update(ctx, u, metav1.UpdateOptions{FieldManager: FieldManager})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	key := appKey(app.Namespace, app.Name)
+	c.mu.Lock()
+	c.pending[key] = recorded.GetGeneration()
+	c.mu.Unlock()
+	return &v1alpha1.OperationState{
+		Operation:          operation,
+		Phase:              v1alpha1.OperationRunning,
+		Message:            "sync requested: recorded on the Application; the leader runs it",
+		StartedAt:          metav1.Now(),
+		ObservedGeneration: recorded.GetGeneration(),
+	}, nil
+}
+
+// ApplicationStatus returns the Application's status as the informer has it
+// (the leader writes it); the zero status when it is unknown.
+func (c *Controller) ApplicationStatus(namespace, name string) v1alpha1.ApplicationStatus {
+	app := c.get(appKey(namespace, name))
+	if app == nil {
+		return v1alpha1.ApplicationStatus{Sync: v1alpha1.SyncStatus{Status: v1alpha1.SyncStatusCodeUnknown}}
+	}
+	if app.Status.Sync.Status == "" {
+		app.Status.Sync.Status = v1alpha1.SyncStatusCodeUnknown
+	}
+	return app.Status
+}
+
+// Run starts the informer and campaigns for the Lease until ctx ends; while
+// leading it runs operations. When ctx ends while leading, it stops taking
+// operations, lets the running ones finish for up to ShutdownGrace (longer
+// ones are cancelled and left to the next leader), then releases the Lease
+// so that another replica takes over at once. It returns nil after that.
+func (c *Controller) Run(ctx context.Context) error {
+	go c.informer.RunWithContext(ctx)
+	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, c.opts.LeaderElection.Namespace, c.opts.LeaderElection.Name,
+		c.kube.CoreV1(), c.kube.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: c.identity})
+	if err != nil {
+		return fmt.Errorf("syncer: failed to build the Lease lock: %w", err)
+	}
+	electCtx, cancelElect := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelElect()
+	go func() {
+		<-ctx.Done()
+		c.waitTerm() // drain while still holding the Lease
+		cancelElect()
+	}()
+	le := c.opts.LeaderElection
+	c.log.Info("campaigning for the sync Lease", "lease", le.Namespace+"/"+le.Name, "identity", c.identity)
+	for electCtx.Err() == nil {
+		elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock:            lock,
+			LeaseDuration:   le.LeaseDuration,
+			RenewDeadline:   le.RenewDeadline,
+			RetryPeriod:     le.RetryPeriod,
+			ReleaseOnCancel: true,
+			Name:            le.Name,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(leaderCtx context.Context) { c.lead(ctx, leaderCtx) },
+				OnStoppedLeading: func() {},
+				OnNewLeader: func(id string) {
+					if id != c.identity {
+						c.log.Info("another replica leads syncs", "leader", id)
+					}
+				},
+			},
+		})
+		if err != nil {
+			return fmt.Errorf("syncer: invalid leader election settings: %w", err)
+		}
+		elector.Run(electCtx)
+		c.waitTerm()
+		if electCtx.Err() == nil {
+			c.log.Warn("lost the sync Lease; running operations were cancelled and are left to the next leader", "identity", c.identity)
+		}
+	}
+	c.log.Info("released the sync Lease", "identity", c.identity)
+	return nil
+}
+
+// waitTerm waits until the current leadership term (if any) has drained.
+func (c *Controller) waitTerm() {
+	c.mu.Lock()
+	done := c.termDone
+	c.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
+
+// term is one leadership term, as the status writer sees it.
+type term struct {
+	leader context.Context // cancelled when the Lease is lost
+	mu     sync.Mutex
+	drain  context.Context // set on a graceful stop; its end cancels operations
+}
+
+// ending reports whether operations are being cancelled because the term
+// ends: their states must not be written (the next leader runs them again).
+func (t *term) ending() bool {
+	if t.leader.Err() != nil {
+		return true
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.drain != nil && t.drain.Err() != nil
+}
+
+// reconcileWorkers is how many Applications are looked at concurrently;
+// operations themselves run in the Operations queue.
+const reconcileWorkers = 2
+
+// lead is one leadership term: it runs until the Lease is lost or rootCtx
+// ends.
+func (c *Controller) lead(rootCtx, leaderCtx context.Context) {
+	done := make(chan struct{})
+	c.mu.Lock()
+	c.termDone = done
+	c.cleared = map[string]int64{}
+	c.mu.Unlock()
+	defer close(done)
+	if rootCtx.Err() != nil {
+		return
+	}
+	c.log.Info("leading syncs: this replica runs operations", "identity", c.identity)
+	c.leading.Store(true)
+	defer c.leading.Store(false)
+
+	t := &term{leader: leaderCtx}
+	ops := NewOperations(c.opts.Runner, OperationsOptions{Workers: c.opts.Workers, Logger: c.opts.Logger, StatusWriter: &statusWriter{c: c, term: t}})
+	c.ops.Store(ops)
+	defer c.ops.Store(nil)
+	queue := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "deputy-applications"})
+	workCtx, stopWork := context.WithCancel(leaderCtx)
+	defer stopWork()
+
+	var wg sync.WaitGroup
+	if cache.WaitForCacheSync(workCtx.Done(), c.informer.HasSynced) {
+		c.mu.Lock()
+		c.queue = queue
+		c.mu.Unlock()
+		c.dueAll(queue)
+		for range reconcileWorkers {
+			wg.Go(func() {
+				for c.processNext(workCtx, ops, queue) {
+				}
+			})
+		}
+		ticker := time.NewTicker(c.opts.ReconcilePeriod)
+	loop:
+		for {
+			select {
+			case <-leaderCtx.Done():
+				break loop
+			case <-rootCtx.Done():
+				break loop
+			case <-ticker.C:
+				c.dueAll(queue)
+			}
+		}
+		ticker.Stop()
+	}
+	c.mu.Lock()
+	c.queue = nil
+	c.mu.Unlock()
+	queue.ShutDown()
+	stopWork()
+	wg.Wait()
+
+	if leaderCtx.Err() == nil {
+		// Graceful stop while leading: let running operations finish.
+		drain, cancel := context.WithTimeout(context.Background(), c.opts.ShutdownGrace)
+		defer cancel()
+		t.mu.Lock()
+		t.drain = drain
+		t.mu.Unlock()
+		if err := ops.Shutdown(drain); err != nil {
+			c.log.Warn("operations still running at shutdown were cancelled; the next leader runs them again", "error", err.Error())
+		}
+		return
+	}
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = ops.Shutdown(cancelled)
+}
+
+// dueAll marks every automated Application due for a look and queues it.
+func (c *Controller) dueAll(queue workqueue.TypedRateLimitingInterface[string]) {
+	for _, obj := range c.informer.GetStore().List() {
+		app, ok := obj.(*v1alpha1.Application)
+		if !ok {
+			continue
+		}
+		key := appKey(app.Namespace, app.Name)
+		if automated(app) != nil {
+			c.mu.Lock()
+			c.due[key] = true
+			c.mu.Unlock()
+		}
+		queue.Add(key)
+	}
+}
+
+func automated(app *v1alpha1.Application) *v1alpha1.SyncPolicyAutomated {
+	if app.Spec.SyncPolicy == nil {
+		return nil
+	}
+	return app.Spec.SyncPolicy.Automated
+}
+
+func (c *Controller) processNext(ctx context.Context, ops *Operations, queue workqueue.TypedRateLimitingInterface[string]) bool {
+	key, shutdown := queue.Get()
+	if shutdown {
+		return false
+	}
+	defer queue.Done(key)
+	if err := c.reconcile(ctx, ops, key); err != nil {
+		if ctx.Err() == nil {
+			c.log.Warn("reconciling the Application failed; retrying", "application", key, "error", err.Error())
+			queue.AddRateLimited(key)
+		}
+		return true
+	}
+	queue.Forget(key)
+	return true
+}
+
+// reconcile runs the operation key's Application records, or decides on an
+// automated sync when one is due.
+func (c *Controller) reconcile(ctx context.Context, ops *Operations, key string) error {
+	app := c.get(key)
+	if app == nil {
+		return nil
+	}
+	if app.Operation != nil && app.Operation.Sync != nil {
+		return c.runRecorded(ctx, ops, app)
+	}
+	c.mu.Lock()
+	due := c.due[key]
+	delete(c.due, key)
+	c.mu.Unlock()
+	if due {
+		return c.autoSync(ctx, app)
+	}
+	return nil
+}
+
+// runRecorded starts the operation app records, unless it runs, is done
+// (only the removal of the field is pending), or is this term's own
+// finished operation seen through a stale cache.
+func (c *Controller) runRecorded(ctx context.Context, ops *Operations, app *v1alpha1.Application) error {
+	key := appKey(app.Namespace, app.Name)
+	if ops.Running(app.Namespace, app.Name) {
+		return nil
+	}
+	c.mu.Lock()
+	clearedAt, seen := c.cleared[key]
+	c.mu.Unlock()
+	if seen && app.Generation <= clearedAt {
+		return nil
+	}
+	st := app.Status.OperationState
+	if st != nil && st.ObservedGeneration == app.Generation {
+		if st.Phase != v1alpha1.OperationRunning {
+			return c.clearOperation(ctx, app.Namespace, app.Name)
+		}
+		c.log.Info("running an operation again: the leader that started it stopped before it ended",
+			"application", key, "startedAt", st.StartedAt.UTC().Format(time.RFC3339))
+	}
+	project, err := c.opts.Projects(app.Namespace, app.Spec.Project)
+	if err != nil {
+		return err
+	}
+	if project == nil {
+		now := metav1.Now()
+		final := &v1alpha1.OperationState{
+			Operation: *app.Operation.DeepCopy(), Phase: v1alpha1.OperationError,
+			Message: fmt.Sprintf("Application %q references AppProject %q, which does not exist: create a deputy.dev AppProject named %q in namespace %q",
+				key, app.Spec.Project, app.Spec.Project, app.Namespace),
+			StartedAt: now, FinishedAt: &now, ObservedGeneration: app.Generation,
+		}
+		if err := c.writeStatus(ctx, app.Namespace, app.Name, final); err != nil {
+			return err
+		}
+		return c.clearOperation(ctx, app.Namespace, app.Name)
+	}
+	_, err = ops.Start(ctx, app, project, *app.Operation.Sync, app.Operation.InitiatedBy)
+	if errors.Is(err, ErrOperationInProgress) || errors.Is(err, ErrShuttingDown) {
+		return nil
+	}
+	return err
+}
+
+// autoSync requests an automated sync when Git moved since the last
+// successful sync, or always with selfHeal; like Argo CD it does not retry
+// an automated sync of a revision whose last automated sync failed (without
+// selfHeal).
+func (c *Controller) autoSync(ctx context.Context, app *v1alpha1.Application) error {
+	auto := automated(app)
+	if auto == nil {
+		return nil
+	}
+	key := appKey(app.Namespace, app.Name)
+	sha, err := c.opts.Revisions.ResolveRevision(ctx, app)
+	if err != nil {
+		c.log.Warn("automated sync: cannot resolve the target revision", "application", key, "error", err.Error())
+		return nil // looked at again next period
+	}
+	last := app.Status.OperationState
+	switch {
+	case !auto.SelfHeal && app.Status.Sync.Status == v1alpha1.SyncStatusCodeSynced && app.Status.Sync.Revision == sha:
+		return nil
+	case !auto.SelfHeal && last != nil && last.Phase != v1alpha1.OperationSucceeded && last.Operation.InitiatedBy.Automated &&
+		last.SyncResult != nil && last.SyncResult.Revision == sha:
+		c.log.Info("automated sync skipped: the last automated sync of this revision failed", "application", key, "revision", sha)
+		return nil
+	}
+	_, err = c.Start(ctx, app, nil, v1alpha1.SyncOperation{Revision: sha, Prune: auto.Prune}, v1alpha1.InitiatedBy{Automated: true})
+	if errors.Is(err, ErrOperationInProgress) || apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// Trigger requests an automated sync of app now, if it is automated (the
+// Git push webhook's action). It returns ErrOperationInProgress when an
+// operation is recorded already.
+func (c *Controller) Trigger(ctx context.Context, app *v1alpha1.Application, initiatedBy v1alpha1.InitiatedBy) error {
+	auto := automated(app)
+	if auto == nil {
+		return nil
+	}
+	initiatedBy.Automated = true
+	_, err := c.Start(ctx, app, nil, v1alpha1.SyncOperation{Prune: auto.Prune}, initiatedBy)
+	return err
+}
+
+// statusWriter writes operation states to the status subresource for the
+// Operations queue of one term, and removes the operation field once the
+// final state is written.
+type statusWriter struct {
+	c    *Controller
+	term *term
+}
+
+var errTermEnding = errors.New("not written: this replica stopped leading; the next leader runs the operation again")
+
+func (w *statusWriter) WriteOperationState(ctx context.Context, namespace, name string, state *v1alpha1.OperationState) error {
+	if w.term.ending() {
+		return errTermEnding
+	}
+	if err := w.c.writeStatus(ctx, namespace, name, state); err != nil {
+		return err
+	}
+	if state.Phase == v1alpha1.OperationRunning {
+		return nil
+	}
+	return w.c.clearOperation(ctx, namespace, name)
+}
+
+// writeStatus sets status.operationState (and status.sync after a
+// successful sync that was not a dry run), re-reading on conflicts.
+func (c *Controller) writeStatus(ctx context.Context, namespace, name string, state *v1alpha1.OperationState) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		u, err := c.client.Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		var status v1alpha1.ApplicationStatus
+		if raw, ok := u.Object["status"].(map[string]any); ok {
+			_ = runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &status) // a bad old status is replaced
+		}
+		status.OperationState = state
+		if state.Phase == v1alpha1.OperationSucceeded && state.Operation.Sync != nil && !state.Operation.Sync.DryRun && state.SyncResult != nil {
+			status.Sync = v1alpha1.SyncStatus{Status: v1alpha1.SyncStatusCodeSynced, Revision: state.SyncResult.Revision}
+		} else if status.Sync.Status == "" {
+			status.Sync.Status = v1alpha1.SyncStatusCodeUnknown
+		}
+		content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&status)
+		if err != nil {
+			return err
+		}
+		u.Object["status"] = content
+		_, err = c.client.Namespace(namespace).UpdateStatus(ctx, u, metav1.UpdateOptions{FieldManager: FieldManager})
+		return err
+	})
+}
+
+// clearOperation removes the Application's operation field.
+func (c *Controller) clearOperation(ctx context.Context, namespace, name string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		u, err := c.client.Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if _, found := u.Object["operation"]; !found {
+			return nil
+		}
+		delete(u.Object, "operation")
+		out, err := c.client.Namespace(namespace).Update(ctx, u, metav1.UpdateOptions{FieldManager: FieldManager})
+		if err != nil {
+			return err
+		}
+		c.mu.Lock()
+		c.cleared[appKey(namespace, name)] = out.GetGeneration()
+		c.mu.Unlock()
+		return nil
+	})
+}

@@ -1,0 +1,447 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
+
+	"deputy.dev/deputy/policy/v1alpha1"
+	"deputy.dev/deputy/syncer"
+	"deputy.dev/deputy/test/framework"
+)
+
+// Cluster mode with two replicas: both serve, the Lease holder runs
+// operations. deputy runs as the ServiceAccount deputy-system/deputy with
+// only the RBAC the install manifests give it (no impersonate rule): the
+// impersonation of the project's ServiceAccount is granted by the e2e
+// deputy's gate, which lists deputy-system/deputy as an impersonator.
+
+const (
+	haAppNamespace  = "ha-apps"
+	haDestNamespace = "ha-dest"
+	haDeployer      = "ha-deployer"
+	haOperatorToken = "e2e-ha-operator-token-77b2e1"
+	haLease         = "deputy-sync-e2e"
+	haGitHubSecret  = "e2e-github-webhook-secret"
+	haLeaseDuration = 4 * time.Second
+)
+
+// haReplica is one `deputy serve` replica of the pair.
+type haReplica struct {
+	name string
+	*framework.Deputy
+}
+
+// haSetup creates deputy's identity and RBAC, the AppProject, the
+// destination's ServiceAccount and the replicas' configuration; it returns
+// the `deputy serve` arguments of replica name.
+type haEnv struct {
+	dir        string
+	kubeconfig string
+	policyDir  string
+}
+
+func setupHA(t *testing.T) *haEnv {
+	t.Helper()
+	cs := admin(t)
+	for _, ns := range []string{"deputy-system", haAppNamespace, haDestNamespace} {
+		ensureNamespace(t, ns)
+	}
+	// deputy's own RBAC, as manifests/base grants it: reads RBAC objects and
+	// AppProjects, manages Applications and their status, its Lease. No
+	// impersonate rule.
+	deputyRules := []rbacv1.PolicyRule{
+		{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"roles", "rolebindings", "clusterroles", "clusterrolebindings"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"argoproj.io", "deputy.dev"}, Resources: []string{"appprojects"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"deputy.dev"}, Resources: []string{"applications"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
+		{APIGroups: []string{"deputy.dev"}, Resources: []string{"applications/status"}, Verbs: []string{"get", "update", "patch"}},
+		{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, Verbs: []string{"get", "list", "watch"}},
+	}
+	create(t, cs.RbacV1().ClusterRoles().Create, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "deputy-e2e-ha"}, Rules: deputyRules})
+	create(t, cs.RbacV1().ClusterRoleBindings().Create, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "deputy-e2e-ha"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "deputy-e2e-ha"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "deputy-system", Name: "deputy"}},
+	})
+	create(t, cs.RbacV1().Roles("deputy-system").Create, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "deputy-leases"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}}},
+	})
+	create(t, cs.RbacV1().RoleBindings("deputy-system").Create, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "deputy-leases"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "deputy-leases"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "deputy-system", Name: "deputy"}},
+	})
+	env := &haEnv{dir: t.TempDir()}
+	env.kubeconfig = filepath.Join(env.dir, "deputy.kubeconfig")
+	if err := cp.WriteTokenKubeconfig(env.kubeconfig, serviceAccountToken(t, "deputy-system", "deputy")); err != nil {
+		t.Fatal(err)
+	}
+
+	// The project's ServiceAccount may manage ConfigMaps in the destination.
+	create(t, cs.CoreV1().ServiceAccounts(haDestNamespace).Create, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: haDeployer}})
+	role(t, haDestNamespace, haDeployer, haDestNamespace, haDeployer,
+		rule("", []string{"configmaps"}, "get", "list", "watch", "create", "update", "patch", "delete"))
+	applyDeputyProject(t)
+
+	// The replicas' own policy: an operator token allowed to sync.
+	env.policyDir = filepath.Join(env.dir, "policy")
+	if err := os.Mkdir(env.policyDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, content string) {
+		if err := os.WriteFile(filepath.Join(env.dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("policy/tokens.csv", haOperatorToken+",ha-operator,ha-operator-uid,\"e2e\"\n")
+	write("policy/rbac.yaml", `apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: application-syncer}
+rules:
+- apiGroups: [deputy.dev]
+  resources: [applications, applications/sync]
+  verbs: [get, create]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: ha-operator-syncs}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: application-syncer}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: User, name: ha-operator}
+`)
+	write("github-secret", haGitHubSecret)
+	return env
+}
+
+// applyDeputyProject creates the deputy.dev AppProject "ha": sources
+// anywhere, destination ha-dest, deployed as ha-deployer.
+func applyDeputyProject(t *testing.T) {
+	t.Helper()
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "deputy.dev/v1alpha1", "kind": "AppProject",
+		"metadata": map[string]any{"name": "ha", "namespace": haAppNamespace},
+		"spec": map[string]any{
+			"sourceRepos":  []any{"*"},
+			"destinations": []any{map[string]any{"server": inCluster, "namespace": haDestNamespace}},
+			"destinationServiceAccounts": []any{map[string]any{
+				"server": inCluster, "namespace": haDestNamespace, "defaultServiceAccount": haDeployer}},
+		},
+	}}
+	dyn := dynamic.NewForConfigOrDie(cp.Admin)
+	gvr := syncer.ApplicationsResource.GroupVersion().WithResource("appprojects")
+	if _, err := dyn.Resource(gvr).Namespace(haAppNamespace).Create(t.Context(), u, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("create AppProject ha: %v", err)
+	}
+}
+
+func (e *haEnv) start(t *testing.T, name string) *haReplica {
+	t.Helper()
+	cfg := fmt.Sprintf(`apiVersion: config.deputy.dev/v1alpha1
+kind: DeputyConfiguration
+sync:
+  impersonation: {enabled: true}
+  cacheDir: %s
+  applicationNamespaces: [%s]
+  leaderElection:
+    leaseNamespace: deputy-system
+    leaseName: %s
+    identity: %s
+    leaseDuration: %s
+    renewDeadline: 3s
+    retryPeriod: 500ms
+  webhook:
+    githubSecretFile: %s
+`, filepath.Join(e.dir, "cache-"+name), haAppNamespace, haLease, name, haLeaseDuration, filepath.Join(e.dir, "github-secret"))
+	cfgFile := filepath.Join(e.dir, name+".yaml")
+	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin, err := framework.DeputyBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := framework.StartDeputy(framework.DeputyOptions{Bin: bin, CertDir: deputy.CertDir,
+		Args: []string{"--config", cfgFile, "--kubeconfig", e.kubeconfig, "--policy", e.policyDir}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &haReplica{name: name, Deputy: d}
+	t.Cleanup(func() {
+		_ = d.Stop()
+		if t.Failed() {
+			t.Logf("deputy %s log:\n%s", name, d.Logs())
+		}
+	})
+	return r
+}
+
+// leaseHolder returns the Lease's holder and its transitions.
+func leaseHolder(t *testing.T) (string, int32) {
+	t.Helper()
+	l, err := admin(t).CoordinationV1().Leases("deputy-system").Get(t.Context(), haLease, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, transitions := "", int32(0)
+	if l.Spec.HolderIdentity != nil {
+		holder = *l.Spec.HolderIdentity
+	}
+	if l.Spec.LeaseTransitions != nil {
+		transitions = *l.Spec.LeaseTransitions
+	}
+	return holder, transitions
+}
+
+func waitLeader(t *testing.T, name string) {
+	t.Helper()
+	eventually(t, "replica "+name+" holds the Lease", func() error {
+		if h, _ := leaseHolder(t); h != name {
+			return fmt.Errorf("holder %q", h)
+		}
+		return nil
+	})
+}
+
+func applicationsClient() dynamic.NamespaceableResourceInterface {
+	return dynamic.NewForConfigOrDie(cp.Admin).Resource(syncer.ApplicationsResource)
+}
+
+func createApplication(t *testing.T, app *v1alpha1.Application) {
+	t.Helper()
+	app.APIVersion, app.Kind = "deputy.dev/v1alpha1", "Application"
+	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(app)
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(content, "status")
+	if _, err := applicationsClient().Namespace(app.Namespace).Create(t.Context(), &unstructured.Unstructured{Object: content}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create Application %s: %v", app.Name, err)
+	}
+}
+
+func getApplication(t *testing.T, ns, name string) *v1alpha1.Application {
+	t.Helper()
+	u, err := applicationsClient().Namespace(ns).Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := &v1alpha1.Application{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, app); err != nil {
+		t.Fatal(err)
+	}
+	return app
+}
+
+// waitOperationDone waits until the Application records no operation and
+// its state is final, and returns that state.
+func waitOperationDone(t *testing.T, ns, name string, timeout time.Duration) *v1alpha1.OperationState {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		app := getApplication(t, ns, name)
+		st := app.Status.OperationState
+		if app.Operation == nil && st != nil && st.Phase != v1alpha1.OperationRunning {
+			return st
+		}
+		if time.Now().After(deadline) {
+			b, _ := json.MarshalIndent(app, "", "  ")
+			t.Fatalf("the operation of %s/%s did not end within %s:\n%s", ns, name, timeout, b)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func haApplication(name, repo, revision string, automated bool) *v1alpha1.Application {
+	app := &v1alpha1.Application{
+		ObjectMeta: metav1.ObjectMeta{Namespace: haAppNamespace, Name: name},
+		Spec: v1alpha1.ApplicationSpec{
+			Project:     "ha",
+			Source:      v1alpha1.ApplicationSource{RepoURL: repo, Path: name, TargetRevision: revision},
+			Destination: v1alpha1.ApplicationDestination{Server: inCluster, Namespace: haDestNamespace},
+		},
+	}
+	if automated {
+		app.Spec.SyncPolicy = &v1alpha1.SyncPolicy{Automated: &v1alpha1.SyncPolicyAutomated{}}
+	}
+	return app
+}
+
+func (r *haReplica) post(t *testing.T, path, token string, body string) (int, string) {
+	t.Helper()
+	client, err := r.Client(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, r.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func syncPath(name string) string {
+	return "/apis/deputy.dev/v1alpha1/namespaces/" + haAppNamespace + "/applications/" + name + "/sync"
+}
+
+// configMapsOf returns the ConfigMaps of the destination by name.
+func configMapsOf(t *testing.T) map[string]corev1.ConfigMap {
+	t.Helper()
+	list, err := admin(t).CoreV1().ConfigMaps(haDestNamespace).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]corev1.ConfigMap{}
+	for _, cm := range list.Items {
+		out[cm.Name] = cm
+	}
+	return out
+}
+
+func TestClusterModeLeaderRunsOperationsAndHandsOver(t *testing.T) {
+	env := setupHA(t)
+	// An object in the destination that no Application manages: it must
+	// never be touched.
+	sentinel, err := admin(t).CoreV1().ConfigMaps(haDestNamespace).Create(t.Context(), &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "not-managed", Labels: map[string]string{"app": "small"}}, Data: map[string]string{"k": "v"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	repo := newGitRepo(t)
+	for i := range 3 {
+		repo.write(fmt.Sprintf("small/cm-%d.yaml", i), configMap(fmt.Sprintf("small-%d", i), "app: small"))
+	}
+	const big = 300
+	for i := range big {
+		repo.write(fmt.Sprintf("big/cm-%03d.yaml", i), configMap(fmt.Sprintf("big-%03d", i), "app: big"))
+	}
+	repo.commit("apps")
+	createApplication(t, haApplication("small", repo.dir, "", false))
+	createApplication(t, haApplication("big", repo.dir, "", false))
+
+	a := env.start(t, "deputy-a")
+	waitLeader(t, "deputy-a")
+	b := env.start(t, "deputy-b")
+	if err := b.WaitReady(t.Context()); err != nil {
+		t.Fatalf("deputy-b not ready: %v\n%s", err, b.Logs())
+	}
+
+	t.Run("a sync requested at the non-leader runs on the leader", func(t *testing.T) {
+		code, body := b.post(t, syncPath("small"), haOperatorToken, `{}`)
+		if code != http.StatusAccepted {
+			t.Fatalf("POST sync at deputy-b: %d %s", code, body)
+		}
+		st := waitOperationDone(t, haAppNamespace, "small", 2*time.Minute)
+		if st.Phase != v1alpha1.OperationSucceeded {
+			t.Fatalf("phase %s: %s", st.Phase, describe(st))
+		}
+		if st.Identity != "system:serviceaccount:"+haDestNamespace+":"+haDeployer {
+			t.Errorf("identity %q, want the project's ServiceAccount", st.Identity)
+		}
+		if st.Operation.InitiatedBy.Username != "ha-operator" {
+			t.Errorf("initiatedBy %+v, want ha-operator", st.Operation.InitiatedBy)
+		}
+		if !strings.Contains(a.Logs(), `msg="sync operation" user=ha-operator application=ha-apps/small`) {
+			t.Errorf("the leader deputy-a wrote no audit line for the operation:\n%s", a.Logs())
+		}
+		if strings.Contains(b.Logs(), `msg="sync operation"`) {
+			t.Errorf("the non-leader deputy-b ran an operation:\n%s", b.Logs())
+		}
+		for i := range 3 {
+			if _, ok := configMapsOf(t)[fmt.Sprintf("small-%d", i)]; !ok {
+				t.Errorf("ConfigMap small-%d not created", i)
+			}
+		}
+		if code, body := b.post(t, syncPath("small"), "", `{}`); code != http.StatusUnauthorized {
+			t.Errorf("anonymous sync at deputy-b: %d %s", code, body)
+		}
+	})
+
+	t.Run("killing the leader mid-sync hands over and the operation completes", func(t *testing.T) {
+		_, transitionsBefore := leaseHolder(t)
+		code, body := b.post(t, syncPath("big"), haOperatorToken, `{"prune":true}`)
+		if code != http.StatusAccepted {
+			t.Fatalf("POST sync at deputy-b: %d %s", code, body)
+		}
+		eventually(t, "the leader starts the operation", func() error {
+			if st := getApplication(t, haAppNamespace, "big").Status.OperationState; st == nil || st.Phase != v1alpha1.OperationRunning {
+				return fmt.Errorf("state %+v", st)
+			}
+			return nil
+		})
+		killed := time.Now()
+		if err := a.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		waitLeader(t, "deputy-b")
+		t.Logf("deputy-b took the Lease %s after deputy-a was killed (leaseDuration %s)", time.Since(killed).Round(100*time.Millisecond), haLeaseDuration)
+		if _, transitions := leaseHolder(t); transitions <= transitionsBefore {
+			t.Errorf("lease transitions %d, want more than %d", transitions, transitionsBefore)
+		}
+		st := waitOperationDone(t, haAppNamespace, "big", 3*time.Minute)
+		switch st.Phase {
+		case v1alpha1.OperationSucceeded:
+			cms := configMapsOf(t)
+			for i := range big {
+				if _, ok := cms[fmt.Sprintf("big-%03d", i)]; !ok {
+					t.Errorf("operation Succeeded but ConfigMap big-%03d is missing", i)
+				}
+			}
+		case v1alpha1.OperationFailed, v1alpha1.OperationError:
+			if st.Message == "" {
+				t.Errorf("phase %s without a reason", st.Phase)
+			}
+		default:
+			t.Errorf("phase %s", st.Phase)
+		}
+		if !strings.Contains(b.Logs(), "running an operation again") {
+			t.Errorf("deputy-b did not say it ran the interrupted operation again:\n%s", b.Logs())
+		}
+		// Nothing outside the Applications was touched.
+		now, err := admin(t).CoreV1().ConfigMaps(haDestNamespace).Get(t.Context(), "not-managed", metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("the unmanaged ConfigMap: %v", err)
+		}
+		if now.ResourceVersion != sentinel.ResourceVersion {
+			t.Errorf("the unmanaged ConfigMap was modified (resourceVersion %s -> %s)", sentinel.ResourceVersion, now.ResourceVersion)
+		}
+		for name, cm := range configMapsOf(t) {
+			if name == "not-managed" || name == "kube-root-ca.crt" {
+				continue
+			}
+			if v := cm.Annotations[syncer.TrackingAnnotation]; v != haAppNamespace+"/small" && v != haAppNamespace+"/big" {
+				t.Errorf("ConfigMap %s has tracking annotation %q", name, v)
+			}
+		}
+	})
+
+}

@@ -1,0 +1,95 @@
+package webhook
+
+import (
+	"log/slog"
+	"os"
+	"strings"
+
+	"k8s.io/client-go/rest"
+
+	"deputy.dev/deputy/authorizer"
+	"deputy.dev/deputy/config"
+	"deputy.dev/deputy/policy"
+	"deputy.dev/deputy/policy/v1alpha1"
+	"deputy.dev/deputy/syncer"
+)
+
+// serviceAccountNamespaceFile is where a Pod finds its namespace.
+const serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// LeaseNamespace resolves sync.leaderElection.leaseNamespace: the configured
+// value, else the POD_NAMESPACE environment variable (the manifests set it
+// from the downward API), else the in-cluster ServiceAccount's namespace,
+// else deputy-system.
+func LeaseNamespace(configured string) string {
+	if configured != "" {
+		return configured
+	}
+	if ns := strings.TrimSpace(os.Getenv("POD_NAMESPACE")); ns != "" {
+		return ns
+	}
+	if b, err := os.ReadFile(serviceAccountNamespaceFile); err == nil && strings.TrimSpace(string(b)) != "" {
+		return strings.TrimSpace(string(b))
+	}
+	return config.DefaultLeaseNamespace
+}
+
+// newController builds cluster mode's Application controller from the
+// configuration (sync.* and shutdown.gracePeriod).
+func newController(cfg *config.DeputyConfiguration, restCfg *rest.Config, runner syncer.Runner, revisions syncer.RevisionResolver,
+	state authorizer.ClusterStateFunc, log *slog.Logger) (*syncer.Controller, error) {
+	le := cfg.Sync.LeaderElection
+	return syncer.NewController(syncer.ControllerOptions{
+		Config:          rest.CopyConfig(restCfg),
+		Runner:          runner,
+		Revisions:       revisions,
+		Projects:        ClusterProjects(state),
+		Workers:         cfg.Sync.Parallelism,
+		ReconcilePeriod: cfg.Sync.ReconcilePeriod.Duration,
+		ShutdownGrace:   cfg.Shutdown.GracePeriod.Duration,
+		Namespaces:      cfg.Sync.ApplicationNamespaces,
+		LeaderElection: syncer.LeaderElectionOptions{
+			Namespace: LeaseNamespace(le.LeaseNamespace), Name: le.LeaseName, Identity: le.Identity,
+			LeaseDuration: le.LeaseDuration.Duration, RenewDeadline: le.RenewDeadline.Duration, RetryPeriod: le.RetryPeriod.Duration,
+		},
+		Logger: log,
+	})
+}
+
+// ClusterProjects looks up deputy.dev AppProjects in the cluster state
+// (the AppProjects cluster mode reads for the impersonation gate): it returns
+// a copy of namespace/name, nil when there is none, and policy.ErrNotLoaded
+// until the cluster has been listed.
+func ClusterProjects(state authorizer.ClusterStateFunc) func(namespace, name string) (*v1alpha1.AppProject, error) {
+	return func(namespace, name string) (*v1alpha1.AppProject, error) {
+		st := state()
+		if st == nil || !st.Synced {
+			return nil, policy.ErrNotLoaded
+		}
+		for _, p := range st.Projects {
+			if p.Group == v1alpha1.Group && p.Object.Namespace == namespace && p.Object.Name == name {
+				return p.Object.DeepCopy(), nil
+			}
+		}
+		return nil, nil
+	}
+}
+
+// ClusterApplications is the ApplicationStore of cluster mode: Applications
+// from the controller's informer, AppProjects from projects.
+func ClusterApplications(c *syncer.Controller, projects func(namespace, name string) (*v1alpha1.AppProject, error)) ApplicationStore {
+	return clusterApplications{c: c, projects: projects}
+}
+
+type clusterApplications struct {
+	c        *syncer.Controller
+	projects func(namespace, name string) (*v1alpha1.AppProject, error)
+}
+
+func (a clusterApplications) Application(namespace, name string) (*v1alpha1.Application, error) {
+	return a.c.Application(namespace, name)
+}
+
+func (a clusterApplications) AppProject(app *v1alpha1.Application) (*v1alpha1.AppProject, error) {
+	return a.projects(app.Namespace, app.Spec.Project)
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -193,8 +194,14 @@ func NewController(opts ControllerOptions) (*Controller, error) {
 		}
 	})
 	if _, err := c.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.onEvent,
-		UpdateFunc: func(_, obj any) { c.onEvent(obj) },
+		AddFunc: func(obj any) {
+			c.dueIfAutomated(nil, obj)
+			c.onEvent(obj)
+		},
+		UpdateFunc: func(old, obj any) {
+			c.dueIfAutomated(old, obj)
+			c.onEvent(obj)
+		},
 		DeleteFunc: c.onEvent,
 	}); err != nil {
 		return nil, err
@@ -259,6 +266,21 @@ func (c *Controller) onEvent(obj any) {
 	if q != nil {
 		q.Add(key)
 	}
+}
+
+// dueIfAutomated marks an automated Application due for a look when it is
+// new or its spec changed (as Argo CD compares again on a spec change).
+func (c *Controller) dueIfAutomated(old, obj any) {
+	app, ok := obj.(*v1alpha1.Application)
+	if !ok || automated(app) == nil {
+		return
+	}
+	if prev, ok := old.(*v1alpha1.Application); ok && reflect.DeepEqual(prev.Spec, app.Spec) {
+		return
+	}
+	c.mu.Lock()
+	c.due[appKey(app.Namespace, app.Name)] = true
+	c.mu.Unlock()
 }
 
 // Application returns the Application namespace/name from the informer's

@@ -1,6 +1,8 @@
 package webhook
 
 import (
+	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"strings"
@@ -92,4 +94,50 @@ func (a clusterApplications) Application(namespace, name string) (*v1alpha1.Appl
 
 func (a clusterApplications) AppProject(app *v1alpha1.Application) (*v1alpha1.AppProject, error) {
 	return a.projects(app.Namespace, app.Spec.Project)
+}
+
+// gitPushTargets are what the Git push webhook acts on: every Application
+// deputy knows, and how to trigger an automated sync of one.
+type gitPushTargets struct {
+	list    func() ([]*v1alpha1.Application, error)
+	trigger func(ctx context.Context, app *v1alpha1.Application, push PushEvent) error
+}
+
+// initiator is the InitiatedBy.Username of a sync a push triggered, e.g.
+// "git-webhook:github".
+func (p PushEvent) initiator() string { return "git-webhook:" + p.Provider }
+
+// fileGitPushTargets are the push webhook's targets in file mode: the
+// Applications of the policy files, synced by this process's operations
+// queue (automated ones only, with their automated prune setting).
+func fileGitPushTargets(current func() *policy.Snapshot, ops *syncer.Operations) gitPushTargets {
+	return gitPushTargets{
+		list: func() ([]*v1alpha1.Application, error) {
+			snap := current()
+			if snap == nil {
+				return nil, policy.ErrNotLoaded
+			}
+			out := make([]*v1alpha1.Application, 0, len(snap.Applications))
+			for _, a := range snap.Applications {
+				out = append(out, a.Object)
+			}
+			return out, nil
+		},
+		trigger: func(ctx context.Context, app *v1alpha1.Application, push PushEvent) error {
+			if app.Spec.SyncPolicy == nil || app.Spec.SyncPolicy.Automated == nil {
+				return nil
+			}
+			snap := current()
+			if snap == nil {
+				return policy.ErrNotLoaded
+			}
+			project := snap.DeputyAppProject(app.Namespace, app.Spec.Project)
+			if project == nil {
+				return fmt.Errorf("Application %s/%s references AppProject %q, which does not exist", app.Namespace, app.Name, app.Spec.Project)
+			}
+			_, err := ops.Start(ctx, app, project, v1alpha1.SyncOperation{Prune: app.Spec.SyncPolicy.Automated.Prune},
+				v1alpha1.InitiatedBy{Username: push.initiator(), Automated: true})
+			return err
+		},
+	}
 }

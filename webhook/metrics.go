@@ -12,7 +12,7 @@ import (
 
 // Metrics are deputy's Prometheus metrics, registered on their own registry
 // (no global state). Endpoint label values: authorize, authenticate, validate,
-// api (deputy's own API).
+// api (deputy's own API), git_webhook (the Git push webhook).
 type Metrics struct {
 	Registry *prometheus.Registry
 
@@ -24,6 +24,9 @@ type Metrics struct {
 	policyReloads     *prometheus.CounterVec // result
 	policyReady       prometheus.Gauge
 	policyLastSuccess prometheus.Gauge
+
+	gitWebhookDeliveries *prometheus.CounterVec // provider, result
+	gitWebhookApps       *prometheus.CounterVec // result
 }
 
 // NewMetrics creates and registers deputy's metrics plus the Go runtime and
@@ -61,9 +64,18 @@ func NewMetrics() *Metrics {
 			Name: "deputy_policy_last_success_timestamp_seconds",
 			Help: "Unix time of the last successful policy load.",
 		}),
+		gitWebhookDeliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "deputy_git_webhook_deliveries_total",
+			Help: "Git push webhook deliveries by provider (github|gitlab|form) and result (processed|ignored|unauthorized|rejected|failed).",
+		}, []string{"provider", "result"}),
+		gitWebhookApps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "deputy_git_webhook_applications_total",
+			Help: "Applications matched by Git push webhook deliveries, by result (triggered|in_progress|manual|failed).",
+		}, []string{"result"}),
 	}
 	m.Registry.MustRegister(m.requests, m.duration, m.decisions, m.inFlight,
 		m.policyReloads, m.policyReady, m.policyLastSuccess,
+		m.gitWebhookDeliveries, m.gitWebhookApps,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -90,6 +102,21 @@ func (m *Metrics) PolicyLoad(ok bool, ready bool, at time.Time) {
 		m.policyReady.Set(1)
 	} else {
 		m.policyReady.Set(0)
+	}
+}
+
+// gitWebhookDelivery counts one Git push webhook delivery; m may be nil.
+func (m *Metrics) gitWebhookDelivery(provider, result string) {
+	if m != nil {
+		m.gitWebhookDeliveries.WithLabelValues(provider, result).Inc()
+	}
+}
+
+// gitWebhookApplications counts n Applications matched by a delivery; m may
+// be nil.
+func (m *Metrics) gitWebhookApplications(result string, n int) {
+	if m != nil && n > 0 {
+		m.gitWebhookApps.WithLabelValues(result).Add(float64(n))
 	}
 }
 

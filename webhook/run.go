@@ -160,8 +160,32 @@ func Run(ctx context.Context, cfg *config.DeputyConfiguration, log *slog.Logger,
 	if err != nil {
 		return err
 	}
-	tokens := tokenreview.NewChain(cfg.Authentication.APIAudiences, func() *policy.TokenSet { return source.Current().TokenSetOf() })
-	reviewer := tokenreview.NewReviewer(tokens, cfg.Authentication.APIAudiences)
+	// Token authentication: the webhook chain (token file, project tokens,
+	// OIDC) answers /authenticate; deputy's API uses the API chain, which adds
+	// the cached, delegated TokenReview of cluster mode. Never delegate from
+	// /authenticate: kube-apiserver's TokenReview calls deputy's webhook.
+	projectRoles := tokenreview.SnapshotProjectRoles(source.Current)
+	if clusterState != nil {
+		projectRoles = tokenreview.ClusterProjectRoles(clusterState) // where the API finds AppProjects too
+	}
+	chains, err := tokenreview.NewFromConfig(runCtx, cfg.Authentication, tokenreview.Options{
+		ClusterConfig: clusterRESTConfig,
+		StaticTokens:  func() *policy.TokenSet { return source.Current().TokenSetOf() },
+		ProjectRoles:  projectRoles,
+		Registerer:    metrics.Registry,
+		OnRevocationReload: func(file string, revoked int, err error) {
+			if err != nil {
+				log.Error("project token revocation list not reloaded; the last one stays in force", "file", file, "error", err.Error())
+				return
+			}
+			log.Info("project token revocation list reloaded", "file", file, "revoked", revoked)
+		},
+	})
+	if err != nil {
+		return err
+	}
+	tokens := chains.API // deputy's API (NewAPIAuthenticator below)
+	reviewer := tokenreview.NewReviewer(chains.Webhook, cfg.Authentication.APIAudiences)
 
 	// Syncs: the operations queue over the sync engine, triggered through
 	// deputy's own API, whose callers are authenticated by the same token
@@ -170,6 +194,7 @@ func Run(ctx context.Context, cfg *config.DeputyConfiguration, log *slog.Logger,
 	runner, revisions := newSyncRunner(cfg, log)
 	var syncs SyncService
 	var apps ApplicationStore
+	var pushTargets gitPushTargets
 	if clusterRESTConfig != nil {
 		// Cluster mode: Applications live in the cluster; a sync requested
 		// here is recorded on the Application and the leader runs it.
@@ -188,6 +213,9 @@ func Run(ctx context.Context, cfg *config.DeputyConfiguration, log *slog.Logger,
 		defer func() { cancel(); <-controllerDone }()
 		syncs = controller
 		apps = ClusterApplications(controller, ClusterProjects(clusterState))
+		pushTargets = gitPushTargets{list: controller.Applications, trigger: func(ctx context.Context, app *v1alpha1.Application, push PushEvent) error {
+			return controller.Trigger(ctx, app, v1alpha1.InitiatedBy{Username: push.initiator()})
+		}}
 	} else {
 		ops := syncer.NewOperations(runner, syncer.OperationsOptions{Workers: cfg.Sync.Parallelism, Logger: log})
 		defer func() {
@@ -199,6 +227,7 @@ func Run(ctx context.Context, cfg *config.DeputyConfiguration, log *slog.Logger,
 		}()
 		syncs = ops
 		apps = SnapshotApplications(source.Current)
+		pushTargets = fileGitPushTargets(source.Current, ops)
 	}
 	api := NewAPIHandler(APIOptions{
 		Authenticator: NewAPIAuthenticator(tokens, clientCAVerify),
@@ -208,6 +237,12 @@ func Run(ctx context.Context, cfg *config.DeputyConfiguration, log *slog.Logger,
 		Operations:    syncs,
 		Log:           log,
 	})
+
+	gitHook, err := NewGitWebhookHandler(GitWebhookOptions{Settings: cfg.Sync.Webhook, Applications: pushTargets.list,
+		Trigger: pushTargets.trigger, Log: log, Metrics: metrics})
+	if err != nil {
+		return err
+	}
 
 	minTLS := uint16(tls.VersionTLS12)
 	if cfg.TLS.MinVersion == "VersionTLS13" {
@@ -230,6 +265,7 @@ func Run(ctx context.Context, cfg *config.DeputyConfiguration, log *slog.Logger,
 				return u.GetName(), true
 			}},
 		API:           api,
+		GitWebhook:    gitHook,
 		Validate:      NewValidateHandler(NewValidator(NewAppProjectValidator(true), NewImpersonationRBACValidator(cfg.Authorization.Impersonation.GateRBAC)), metrics, log),
 		Readiness:     readiness,
 		Metrics:       metrics,

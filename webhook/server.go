@@ -36,6 +36,11 @@ type ServerOptions struct {
 	// authenticates its callers itself (tokens or client certificates of any
 	// name the client CA signed), so ClientAuth does not guard it.
 	API *APIHandler
+	// GitWebhook, when set, serves GitWebhookPath (POST /api/webhook, the
+	// Git push webhook, NewGitWebhookHandler). Git servers have no client
+	// certificate: the handler authenticates each delivery itself (HMAC
+	// signature or shared token), so ClientAuth does not guard it.
+	GitWebhook http.Handler
 
 	// Readiness checks, besides the server's own "shutdown" check.
 	Readiness []ReadinessCheck
@@ -85,6 +90,10 @@ func (s *Server) Handler() http.Handler {
 	}
 	if o.API != nil {
 		r.Handle(APIPrefix+"/*", o.Metrics.instrument("api", o.API))
+	}
+	if o.GitWebhook != nil {
+		// Every method, so that the handler answers 405 as a metav1.Status.
+		r.Handle(GitWebhookPath, o.Metrics.instrument("git_webhook", o.GitWebhook))
 	}
 	r.Get("/healthz", healthz)
 	r.Get("/livez", healthz)

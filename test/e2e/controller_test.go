@@ -1,6 +1,9 @@
 package e2e
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -435,7 +438,7 @@ func TestClusterModeLeaderRunsOperationsAndHandsOver(t *testing.T) {
 			t.Errorf("the unmanaged ConfigMap was modified (resourceVersion %s -> %s)", sentinel.ResourceVersion, now.ResourceVersion)
 		}
 		for name, cm := range configMapsOf(t) {
-			if name == "not-managed" || name == "kube-root-ca.crt" {
+			if name == "not-managed" || name == "kube-root-ca.crt" || strings.HasPrefix(name, "hook-") {
 				continue
 			}
 			if v := cm.Annotations[syncer.TrackingAnnotation]; v != haAppNamespace+"/small" && v != haAppNamespace+"/big" {
@@ -444,4 +447,113 @@ func TestClusterModeLeaderRunsOperationsAndHandsOver(t *testing.T) {
 		}
 	})
 
+	t.Run("a signed GitHub push syncs the matching automated Application", func(t *testing.T) {
+		hook := newGitRepo(t)
+		hook.write("hook/cm-1.yaml", configMap("hook-1", "app: hook"))
+		first := hook.commit("first")
+		repoURL := "file://" + hook.dir
+		createApplication(t, haApplication("hook", repoURL, "master", true))
+		// Automated: the leader syncs a new Application at once.
+		st := waitOperationDone(t, haAppNamespace, "hook", 2*time.Minute)
+		if st.Phase != v1alpha1.OperationSucceeded || st.SyncResult == nil || st.SyncResult.Revision != first.String() || !st.Operation.InitiatedBy.Automated {
+			t.Fatalf("first automated sync: %s", describe(st))
+		}
+		hook.write("hook/cm-2.yaml", configMap("hook-2", "app: hook"))
+		second := hook.commit("second")
+
+		push := func(ref, secret string) (int, string) {
+			t.Helper()
+			body := githubPushPayload(ref, second.String(), repoURL)
+			client, err := b.Client(false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, b.URL+"/api/webhook", strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			mac := hmac.New(sha256.New, []byte(secret))
+			mac.Write([]byte(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("X-GitHub-Event", "push")
+			req.Header.Set("X-GitHub-Delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958")
+			req.Header.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			out, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(out)
+		}
+		recorded := func() bool { return getApplication(t, haAppNamespace, "hook").Operation != nil }
+
+		if code, body := push("refs/heads/master", "not-the-secret"); code != http.StatusUnauthorized {
+			t.Errorf("wrong signature: %d %s, want 401", code, body)
+		}
+		if recorded() {
+			t.Fatal("a push with a wrong signature recorded an operation")
+		}
+		if code, body := push("refs/heads/feature", haGitHubSecret); code != http.StatusOK || strings.Contains(body, haAppNamespace+"/hook") {
+			t.Errorf("push to another branch: %d %s, want 200 triggering nothing", code, body)
+		}
+		if recorded() {
+			t.Fatal("a push to another branch recorded an operation")
+		}
+		code, body := push("refs/heads/master", haGitHubSecret)
+		if code != http.StatusOK || !strings.Contains(body, haAppNamespace+"/hook") {
+			t.Fatalf("push to master: %d %s, want 200 triggering ha-apps/hook", code, body)
+		}
+		st = waitOperationDone(t, haAppNamespace, "hook", 2*time.Minute)
+		if st.Phase != v1alpha1.OperationSucceeded || st.SyncResult.Revision != second.String() || st.Operation.InitiatedBy.Username != "git-webhook:github" {
+			t.Fatalf("sync after the push: %s (initiatedBy %+v)", describe(st), st.Operation.InitiatedBy)
+		}
+		if _, ok := configMapsOf(t)["hook-2"]; !ok {
+			t.Error("ConfigMap hook-2 of the pushed commit was not created")
+		}
+	})
+
+	t.Run("SIGTERM releases the Lease", func(t *testing.T) {
+		c := env.start(t, "deputy-c")
+		if err := c.WaitReady(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Wait(time.Minute); err != nil && !strings.Contains(err.Error(), "exit status") {
+			t.Fatalf("deputy-b did not exit: %v", err)
+		}
+		if !strings.Contains(b.Logs(), "released the sync Lease") {
+			t.Errorf("deputy-b did not release the Lease:\n%s", b.Logs())
+		}
+		// Released, the Lease names no holder until deputy-c takes it, which
+		// it may do at its next retry instead of after leaseDuration.
+		if h, _ := leaseHolder(t); h != "" && h != "deputy-c" {
+			t.Errorf("after deputy-b stopped the Lease is held by %q", h)
+		}
+		waitLeader(t, "deputy-c")
+	})
+}
+
+// githubPushPayload is a push event in GitHub's documented format
+// (https://docs.github.com/webhooks/webhook-events-and-payloads#push),
+// trimmed to the fields a receiver reads, for repository repoURL.
+func githubPushPayload(ref, after, repoURL string) string {
+	b, _ := json.Marshal(map[string]any{
+		"ref": ref, "before": strings.Repeat("0", 40), "after": after,
+		"created": false, "deleted": false, "forced": false, "base_ref": nil,
+		"compare": repoURL + "/compare",
+		"commits": []any{map[string]any{"id": after, "message": "second", "distinct": true,
+			"added": []string{"hook/cm-2.yaml"}, "removed": []string{}, "modified": []string{}}},
+		"head_commit": map[string]any{"id": after, "message": "second"},
+		"repository": map[string]any{
+			"id": 1296269, "name": "hook", "full_name": "e2e/hook", "private": false,
+			"html_url": repoURL, "url": repoURL, "clone_url": repoURL, "git_url": repoURL, "ssh_url": repoURL,
+			"default_branch": "master", "master_branch": "master",
+		},
+		"pusher": map[string]any{"name": "e2e", "email": "e2e@example.com"},
+		"sender": map[string]any{"login": "e2e", "id": 1},
+	})
+	return string(b)
 }

@@ -4,6 +4,11 @@
 // deputy (APIServerFiles: webhook kubeconfigs, the AuthorizationConfiguration
 // and the ValidatingWebhookConfiguration, plus the operator's instructions).
 //
+// The kustomize base (base/), its cert-manager overlay (overlays/) and the
+// control-plane files for kubeadm and kind (apiserver/) are plain files, not
+// embedded; install_test.go holds them to this package and to package config,
+// and test/e2e applies them to a real kube-apiserver.
+//
 // It only renders and writes files. It must not generate certificates (that is
 // package certs), talk to a cluster, or decide policy.
 package manifests

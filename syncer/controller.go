@@ -13,11 +13,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
@@ -114,10 +116,21 @@ type Controller struct {
 	mu       sync.Mutex
 	queue    workqueue.TypedRateLimitingInterface[string]
 	termDone chan struct{}
-	pending  map[string]int64 // requested through this replica: key -> generation that recorded it
-	cleared  map[string]int64 // this term: key -> generation after the operation field was removed
-	due      map[string]bool  // automated check due
+	pending  map[string]recordedOperation // requested through this replica, not yet seen by the informer
+	cleared  map[types.UID]int64          // this term: Application UID -> generation after its operation field was removed
+	running  map[string]recordedOperation // this term: the operation each Application runs, for the status writer
+	due      map[string]bool              // automated check due
 	subs     map[string]map[*appSub]struct{}
+	term     *term // the current leadership term, nil when not leading
+}
+
+// recordedOperation identifies one recorded operation: the Application
+// object (its UID: a deleted and recreated Application is another object),
+// the generation that recorded it, and the operation itself.
+type recordedOperation struct {
+	uid        types.UID
+	generation int64
+	operation  v1alpha1.Operation
 }
 
 // NewController builds the controller; Run starts it.
@@ -169,7 +182,7 @@ func NewController(opts ControllerOptions) (*Controller, error) {
 	c := &Controller{
 		opts: opts, log: opts.Logger.With("controller", "applications"),
 		client: dyn.Resource(ApplicationsResource), kube: kube, identity: identity,
-		pending: map[string]int64{}, cleared: map[string]int64{}, due: map[string]bool{},
+		pending: map[string]recordedOperation{}, cleared: map[types.UID]int64{}, running: map[string]recordedOperation{}, due: map[string]bool{},
 		subs: map[string]map[*appSub]struct{}{},
 	}
 	if len(opts.Namespaces) > 0 {
@@ -202,7 +215,10 @@ func NewController(opts ControllerOptions) (*Controller, error) {
 			c.dueIfAutomated(old, obj)
 			c.onEvent(obj)
 		},
-		DeleteFunc: c.onEvent,
+		DeleteFunc: func(obj any) {
+			c.forget(obj)
+			c.onEvent(obj)
+		},
 	}); err != nil {
 		return nil, err
 	}
@@ -255,7 +271,7 @@ func (c *Controller) onEvent(obj any) {
 	}
 	key := appKey(app.Namespace, app.Name)
 	c.mu.Lock()
-	if gen, ok := c.pending[key]; ok && app.Generation >= gen {
+	if p, ok := c.pending[key]; ok && (app.UID != p.uid || app.Generation >= p.generation) {
 		delete(c.pending, key)
 	}
 	for s := range c.subs[key] {
@@ -268,12 +284,31 @@ func (c *Controller) onEvent(obj any) {
 	}
 }
 
+// forget drops what the controller remembers of a deleted Application.
+func (c *Controller) forget(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	app, ok := obj.(*v1alpha1.Application)
+	if !ok {
+		return
+	}
+	key := appKey(app.Namespace, app.Name)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p, ok := c.pending[key]; ok && p.uid == app.UID {
+		delete(c.pending, key)
+	}
+	delete(c.cleared, app.UID)
+	delete(c.due, key)
+}
+
 // dueIfAutomated marks an automated Application due for a look when it is
 // new or its spec changed (as Argo CD compares again on a spec change).
 func (c *Controller) dueIfAutomated(old, obj any) {
 	app, ok := obj.(*v1alpha1.Application)
-	if !ok || automated(app) == nil {
-		return
+	if !ok || automated(app) == nil || !c.leading.Load() {
+		return // a new term looks at every Application anyway
 	}
 	if prev, ok := old.(*v1alpha1.Application); ok && reflect.DeepEqual(prev.Spec, app.Spec) {
 		return
@@ -364,7 +399,7 @@ func (c *Controller) Start(ctx context.Context, app *v1alpha1.Application, _ *v1
 	}
 	key := appKey(app.Namespace, app.Name)
 	c.mu.Lock()
-	c.pending[key] = recorded.GetGeneration()
+	c.pending[key] = recordedOperation{uid: recorded.GetUID(), generation: recorded.GetGeneration(), operation: operation}
 	c.mu.Unlock()
 	return &v1alpha1.OperationState{
 		Operation:          operation,
@@ -476,19 +511,29 @@ const reconcileWorkers = 2
 // ends.
 func (c *Controller) lead(rootCtx, leaderCtx context.Context) {
 	done := make(chan struct{})
+	t := &term{leader: leaderCtx}
 	c.mu.Lock()
 	c.termDone = done
-	c.cleared = map[string]int64{}
+	c.cleared = map[types.UID]int64{}
+	c.running = map[string]recordedOperation{}
+	c.term = t
 	c.mu.Unlock()
 	defer close(done)
+	defer func() {
+		c.mu.Lock()
+		c.term = nil
+		c.mu.Unlock()
+	}()
 	if rootCtx.Err() != nil {
 		return
 	}
 	c.log.Info("leading syncs: this replica runs operations", "identity", c.identity)
 	c.leading.Store(true)
 	defer c.leading.Store(false)
+	// The moment the Lease is lost this replica stops counting as leader.
+	stopLeading := context.AfterFunc(leaderCtx, func() { c.leading.Store(false) })
+	defer stopLeading()
 
-	t := &term{leader: leaderCtx}
 	ops := NewOperations(c.opts.Runner, OperationsOptions{Workers: c.opts.Workers, Logger: c.opts.Logger, StatusWriter: &statusWriter{c: c, term: t}})
 	c.ops.Store(ops)
 	defer c.ops.Store(nil)
@@ -531,8 +576,10 @@ func (c *Controller) lead(rootCtx, leaderCtx context.Context) {
 	wg.Wait()
 
 	if leaderCtx.Err() == nil {
-		// Graceful stop while leading: let running operations finish.
-		drain, cancel := context.WithTimeout(context.Background(), c.opts.ShutdownGrace)
+		// Graceful stop while leading: let running operations finish, but
+		// only while the Lease is still held: losing it mid-drain cancels
+		// them at once (the next leader runs them again).
+		drain, cancel := context.WithTimeout(leaderCtx, c.opts.ShutdownGrace)
 		defer cancel()
 		t.mu.Lock()
 		t.drain = drain
@@ -617,15 +664,16 @@ func (c *Controller) runRecorded(ctx context.Context, ops *Operations, app *v1al
 		return nil
 	}
 	c.mu.Lock()
-	clearedAt, seen := c.cleared[key]
+	clearedAt, seen := c.cleared[app.UID]
 	c.mu.Unlock()
 	if seen && app.Generation <= clearedAt {
-		return nil
+		return nil // this term's own finished operation, seen through a stale cache
 	}
 	st := app.Status.OperationState
 	if st != nil && st.ObservedGeneration == app.Generation {
 		if st.Phase != v1alpha1.OperationRunning {
-			return c.clearOperation(ctx, app.Namespace, app.Name)
+			return c.clearOperation(ctx, app.Namespace, app.Name,
+				recordedOperation{uid: app.UID, generation: app.Generation, operation: *app.Operation.DeepCopy()})
 		}
 		c.log.Info("running an operation again: the leader that started it stopped before it ended",
 			"application", key, "startedAt", st.StartedAt.UTC().Format(time.RFC3339))
@@ -642,11 +690,15 @@ func (c *Controller) runRecorded(ctx context.Context, ops *Operations, app *v1al
 				key, app.Spec.Project, app.Spec.Project, app.Namespace),
 			StartedAt: now, FinishedAt: &now, ObservedGeneration: app.Generation,
 		}
-		if err := c.writeStatus(ctx, app.Namespace, app.Name, final); err != nil {
+		rec := recordedOperation{uid: app.UID, generation: app.Generation, operation: *app.Operation.DeepCopy()}
+		if err := c.writeStatus(ctx, app.Namespace, app.Name, rec, final); err != nil {
 			return err
 		}
-		return c.clearOperation(ctx, app.Namespace, app.Name)
+		return c.clearOperation(ctx, app.Namespace, app.Name, rec)
 	}
+	c.mu.Lock()
+	c.running[key] = recordedOperation{uid: app.UID, generation: app.Generation, operation: *app.Operation.DeepCopy()}
+	c.mu.Unlock()
 	_, err = ops.Start(ctx, app, project, *app.Operation.Sync, app.Operation.InitiatedBy)
 	if errors.Is(err, ErrOperationInProgress) || errors.Is(err, ErrShuttingDown) {
 		return nil
@@ -712,22 +764,59 @@ func (w *statusWriter) WriteOperationState(ctx context.Context, namespace, name 
 	if w.term.ending() {
 		return errTermEnding
 	}
-	if err := w.c.writeStatus(ctx, namespace, name, state); err != nil {
+	key := appKey(namespace, name)
+	w.c.mu.Lock()
+	rec, ok := w.c.running[key]
+	w.c.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("not written: no record of the operation of %s", key)
+	}
+	// A leader that stops renewing is replaced LeaseDuration after its last
+	// renewal but notices only RenewDeadline after it: the writes must end
+	// within the difference.
+	le := w.c.opts.LeaderElection
+	ctx, cancel := context.WithTimeout(ctx, le.LeaseDuration-le.RenewDeadline)
+	defer cancel()
+	if err := w.c.writeStatus(ctx, namespace, name, rec, state); err != nil {
 		return err
 	}
 	if state.Phase == v1alpha1.OperationRunning {
 		return nil
 	}
-	return w.c.clearOperation(ctx, namespace, name)
+	defer func() {
+		w.c.mu.Lock()
+		delete(w.c.running, key)
+		q := w.c.queue
+		w.c.mu.Unlock()
+		if q != nil {
+			q.Add(key) // an operation recorded meanwhile is started next
+		}
+	}()
+	if w.term.ending() {
+		return errTermEnding
+	}
+	return w.c.clearOperation(ctx, namespace, name, rec)
 }
 
+// errReplaced is returned for an Application that was deleted and created
+// again (another UID) since the operation was recorded.
+var errReplaced = errors.New("not written: the Application was deleted (and perhaps created again) since the operation was recorded")
+
 // writeStatus sets status.operationState (and status.sync after a
-// successful sync that was not a dry run), re-reading on conflicts.
-func (c *Controller) writeStatus(ctx context.Context, namespace, name string, state *v1alpha1.OperationState) error {
+// successful sync that was not a dry run) of the Application rec was
+// recorded on, re-reading on conflicts. It writes nothing to a replaced
+// Application (errReplaced).
+func (c *Controller) writeStatus(ctx context.Context, namespace, name string, rec recordedOperation, state *v1alpha1.OperationState) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		u, err := c.client.Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return errReplaced
+		}
 		if err != nil {
 			return err
+		}
+		if u.GetUID() != rec.uid {
+			return errReplaced
 		}
 		var status v1alpha1.ApplicationStatus
 		if raw, ok := u.Object["status"].(map[string]any); ok {
@@ -749,8 +838,15 @@ func (c *Controller) writeStatus(ctx context.Context, namespace, name string, st
 	})
 }
 
-// clearOperation removes the Application's operation field.
-func (c *Controller) clearOperation(ctx context.Context, namespace, name string) error {
+// clearOperation removes the Application's operation field if it still
+// holds rec's operation on rec's object: an operation recorded meanwhile
+// (after someone removed rec's, as users cancel a sync) stays, and so does
+// anything on a replaced Application.
+func (c *Controller) clearOperation(ctx context.Context, namespace, name string, rec recordedOperation) error {
+	want, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&rec.operation)
+	if err != nil {
+		return err
+	}
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		u, err := c.client.Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -759,7 +855,15 @@ func (c *Controller) clearOperation(ctx context.Context, namespace, name string)
 		if err != nil {
 			return err
 		}
-		if _, found := u.Object["operation"]; !found {
+		if u.GetUID() != rec.uid {
+			return nil
+		}
+		have, found := u.Object["operation"].(map[string]any)
+		if !found {
+			return nil
+		}
+		if !equality.Semantic.DeepEqual(have, want) {
+			c.log.Info("the Application records another operation now; it is left for the next run", "application", appKey(namespace, name))
 			return nil
 		}
 		delete(u.Object, "operation")
@@ -768,7 +872,7 @@ func (c *Controller) clearOperation(ctx context.Context, namespace, name string)
 			return err
 		}
 		c.mu.Lock()
-		c.cleared[appKey(namespace, name)] = out.GetGeneration()
+		c.cleared[rec.uid] = out.GetGeneration()
 		c.mu.Unlock()
 		return nil
 	})

@@ -419,6 +419,10 @@ func (o *Operations) writeStatus(key string, state *v1alpha1.OperationState) {
 	ctx, cancel := context.WithTimeout(context.Background(), statusWriteTimeout)
 	defer cancel()
 	if err := o.writer.WriteOperationState(ctx, ns, name, state.DeepCopy()); err != nil {
+		if errors.Is(err, errTermEnding) || errors.Is(err, errReplaced) {
+			o.log.Info("operation state not recorded", "application", key, "phase", state.Phase, "reason", err.Error())
+			return
+		}
 		o.log.Error("failed to record the operation state", "application", key, "phase", state.Phase, "error", err.Error())
 	}
 }

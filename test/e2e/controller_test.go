@@ -16,7 +16,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -39,7 +38,7 @@ const (
 	haDestNamespace = "ha-dest"
 	haDeployer      = "ha-deployer"
 	haOperatorToken = "e2e-ha-operator-token-77b2e1"
-	haLease         = "deputy-sync-e2e"
+	haLease         = "deputy-sync" // the name manifests/base/rbac.yaml lets deputy update
 	haGitHubSecret  = "e2e-github-webhook-secret"
 	haLeaseDuration = 4 * time.Second
 )
@@ -65,31 +64,12 @@ func setupHA(t *testing.T) *haEnv {
 	for _, ns := range []string{"deputy-system", haAppNamespace, haDestNamespace} {
 		ensureNamespace(t, ns)
 	}
-	// deputy's own RBAC, as manifests/base grants it: reads RBAC objects and
-	// AppProjects, manages Applications and their status, its Lease. No
-	// impersonate rule.
-	deputyRules := []rbacv1.PolicyRule{
-		{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"roles", "rolebindings", "clusterroles", "clusterrolebindings"}, Verbs: []string{"get", "list", "watch"}},
-		{APIGroups: []string{"argoproj.io", "deputy.dev"}, Resources: []string{"appprojects"}, Verbs: []string{"get", "list", "watch"}},
-		{APIGroups: []string{"deputy.dev"}, Resources: []string{"applications"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
-		{APIGroups: []string{"deputy.dev"}, Resources: []string{"applications/status"}, Verbs: []string{"get", "update", "patch"}},
-		{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, Verbs: []string{"get", "list", "watch"}},
+	// deputy's own RBAC, exactly as the install manifests grant it (no
+	// impersonate rule): manifests/base/rbac.yaml.
+	rbacFile := filepath.Join(framework.RepoRoot(), "manifests", "base", "rbac.yaml")
+	if out, stderr, err := cp.Kubectl(t.Context(), nil, "apply", "-f", rbacFile); err != nil {
+		t.Fatalf("kubectl apply -f %s: %v\n%s%s", rbacFile, err, out, stderr)
 	}
-	create(t, cs.RbacV1().ClusterRoles().Create, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "deputy-e2e-ha"}, Rules: deputyRules})
-	create(t, cs.RbacV1().ClusterRoleBindings().Create, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "deputy-e2e-ha"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "deputy-e2e-ha"},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "deputy-system", Name: "deputy"}},
-	})
-	create(t, cs.RbacV1().Roles("deputy-system").Create, &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Name: "deputy-leases"},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}}},
-	})
-	create(t, cs.RbacV1().RoleBindings("deputy-system").Create, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "deputy-leases"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "deputy-leases"},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "deputy-system", Name: "deputy"}},
-	})
 	env := &haEnv{dir: t.TempDir()}
 	env.kubeconfig = filepath.Join(env.dir, "deputy.kubeconfig")
 	if err := cp.WriteTokenKubeconfig(env.kubeconfig, serviceAccountToken(t, "deputy-system", "deputy")); err != nil {

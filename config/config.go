@@ -44,6 +44,8 @@ type DeputyConfiguration struct {
 	Shutdown Shutdown `json:"shutdown,omitempty"`
 	// Logging configures the log output.
 	Logging Logging `json:"logging,omitempty"`
+	// API configures authentication and authorization of deputy's own API.
+	API API `json:"api,omitempty"`
 	// Cluster connects deputy to the cluster it guards (cluster mode):
 	// AppProjects and RBAC objects are then read through informers.
 	Cluster Cluster `json:"cluster,omitempty"`
@@ -351,6 +353,7 @@ func SetDefaults(c *DeputyConfiguration) {
 	}
 	SetSyncDefaults(&c.Sync, c.Cluster)
 	SetControllerDefaults(&c.Sync)
+	SetAPIDefaults(&c.API)
 }
 
 // SetSyncDefaults fills the sync engine's defaults: impersonation enforced,
@@ -514,6 +517,7 @@ func Validate(c *DeputyConfiguration) field.ErrorList {
 	}
 	errs = append(errs, validateSync(&c.Sync, c.Cluster, field.NewPath("sync"))...)
 	errs = append(errs, validateController(&c.Sync, c.Cluster, field.NewPath("sync"))...)
+	errs = append(errs, validateAPI(&c.API, c.Cluster, field.NewPath("api"))...)
 	return errs
 }
 

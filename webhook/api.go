@@ -19,12 +19,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
-	"k8s.io/apiserver/pkg/authentication/group"
-	"k8s.io/apiserver/pkg/authentication/request/bearertoken"
-	"k8s.io/apiserver/pkg/authentication/request/union"
-	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/endpoints/request"
 	kjson "sigs.k8s.io/json"
 
 	"deputy.dev/deputy/policy"
@@ -101,38 +98,29 @@ func (f snapshotApplications) AppProject(app *v1alpha1.Application) (*v1alpha1.A
 	return snap.DeputyAppProject(app.Namespace, app.Spec.Project), nil
 }
 
-// NewAPIAuthenticator is the authenticator of deputy's own API, composed from
-// k8s.io/apiserver pieces as kube-apiserver composes its own: a client
-// certificate signed by the client CA (user = common name, groups =
-// organizations; clientCA nil disables it), then a bearer token through
-// tokens (deputy's token authenticator chain, tokenreview.NewChain), in a
-// union where the first success wins; every authenticated user also gets the
-// group system:authenticated. There is no anonymous access.
-func NewAPIAuthenticator(tokens authenticator.Token, clientCA x509request.VerifyOptionFunc) authenticator.Request {
-	var chain []authenticator.Request
-	if clientCA != nil {
-		chain = append(chain, x509request.NewDynamic(clientCA, x509request.CommonNameUserConversion))
-	}
-	if tokens != nil {
-		chain = append(chain, bearertoken.New(tokens))
-	}
-	return group.NewAuthenticatedGroupAdder(union.New(chain...))
-}
-
 // APIOptions configure the APIHandler. Every field is required except
 // Metrics and Log.
 type APIOptions struct {
 	// Authenticator authenticates callers (NewAPIAuthenticator).
 	Authenticator authenticator.Request
+	// RequestHeader is the trusted front proxy, whose identity headers are
+	// removed after authentication; nil when none is trusted.
+	RequestHeader *APIRequestHeader
 	// APIAudiences are put into the authentication context, as
-	// kube-apiserver does with its --api-audiences: static tokens are valid
-	// for these audiences only.
+	// kube-apiserver does with its --api-audiences: tokens are valid for
+	// these audiences only.
 	APIAudiences []string
-	// Authorizer decides each request: deputy's authorizer chain, the one
-	// /authorize answers with.
+	// Authorizer decides each request (NewAPIAuthorizer).
 	Authorizer authorizer.Authorizer
+	// AggregatedGroup is the API group the API also answers as, under
+	// /apis/<group>/v1alpha1, for kube-apiserver's aggregation layer; ""
+	// for none.
+	AggregatedGroup string
 	// Applications finds Applications and their AppProjects.
 	Applications ApplicationStore
+	// Ready, if set, answers 503 to authenticated requests while it returns
+	// an error (no policy loaded yet).
+	Ready func() error
 	// Operations starts syncs and reports their state: the operations queue
 	// in file mode (*syncer.Operations), the Applications' operation field
 	// and status in cluster mode.
@@ -140,18 +128,22 @@ type APIOptions struct {
 	Log        *slog.Logger
 }
 
-// APIHandler serves deputy's own API:
+// APIHandler serves deputy's own API, under APIPrefix and, for the
+// aggregation layer, under /apis/<AggregatedGroup>/v1alpha1:
 //
-//	POST {APIPrefix}/namespaces/{ns}/applications/{name}/sync   start a sync (202 + OperationState)
-//	GET  {APIPrefix}/namespaces/{ns}/applications/{name}        the Application with its status
-//	GET  {APIPrefix}/namespaces/{ns}/applications/{name}?watch=true   its operation's progress, NDJSON
+//	POST .../namespaces/{ns}/applications/{name}/sync   start a sync (202 + OperationState)
+//	GET  .../namespaces/{ns}/applications/{name}        the Application with its status
+//	GET  .../namespaces/{ns}/applications/{name}?watch=true   its operation's progress, NDJSON
+//	GET  /apis/{group}/v1alpha1                         discovery (APIResourceList)
 //
-// Every request is authenticated (401 otherwise) and then authorized with
-// deputy's authorizer as verb create on applications/sync or verb get on
-// applications, in group deputy.dev, the namespace and the name (403
-// otherwise, with kube-apiserver's message and deputy's reason). Errors are
-// metav1.Status objects, as kube-apiserver writes them. The Authorization
-// header is removed once the caller is authenticated; tokens are never logged.
+// Every request goes through kube-apiserver's handler chain (WithAPIChain):
+// authentication (401 otherwise), audit, then authorization as verb create
+// on applications/sync or verb get on applications, in group deputy.dev
+// (also for the aggregated group), the namespace and the name (403
+// otherwise, with kube-apiserver's message and the deciding reason). Errors
+// are metav1.Status objects, as kube-apiserver writes them. Credentials are
+// removed from the request once the caller is authenticated and never
+// logged.
 type APIHandler struct {
 	opts     APIOptions
 	log      *slog.Logger
@@ -160,14 +152,13 @@ type APIHandler struct {
 	stopOnce sync.Once
 }
 
-// NewAPIHandler returns the handler; mount it at APIPrefix + "/*".
+// NewAPIHandler returns the handler; mount it at "/apis/*".
 func NewAPIHandler(opts APIOptions) *APIHandler {
 	h := &APIHandler{opts: opts, log: opts.Log, stop: make(chan struct{})}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
 	r := chi.NewRouter()
-	r.Use(h.authenticate)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, apierrors.NewNotFound(schema.GroupResource{}, ""), "the server could not find the requested resource: deputy serves "+
 			"POST "+APIPrefix+"/namespaces/NS/applications/NAME/sync and GET "+APIPrefix+"/namespaces/NS/applications/NAME")
@@ -175,9 +166,21 @@ func NewAPIHandler(opts APIOptions) *APIHandler {
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, apierrors.NewMethodNotSupported(applicationsResource, r.Method), "")
 	})
-	r.Post(APIPrefix+"/namespaces/{namespace}/applications/{name}/sync", h.sync)
-	r.Get(APIPrefix+"/namespaces/{namespace}/applications/{name}", h.get)
-	h.router = r
+	groups := []string{v1alpha1.Group}
+	if opts.AggregatedGroup != "" && opts.AggregatedGroup != v1alpha1.Group {
+		groups = append(groups, opts.AggregatedGroup)
+	}
+	for _, g := range groups {
+		prefix := "/apis/" + g + "/" + v1alpha1.Version
+		r.Post(prefix+"/namespaces/{namespace}/applications/{name}/sync", h.sync)
+		r.Get(prefix+"/namespaces/{namespace}/applications/{name}", h.get)
+		discovery := apiDiscovery(g)
+		r.Get(prefix, func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, discovery) })
+	}
+	h.router = WithAPIChain(r, APIChainOptions{
+		Authenticator: opts.Authenticator, RequestHeader: opts.RequestHeader, APIAudiences: opts.APIAudiences,
+		Authorizer: opts.Authorizer, AggregatedGroup: opts.AggregatedGroup, Ready: opts.Ready, Log: h.log,
+	})
 	return h
 }
 
@@ -188,81 +191,6 @@ func (h *APIHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.route
 // graceful shutdown does not wait for syncs to finish. The server calls it
 // when it starts draining.
 func (h *APIHandler) CloseStreams() { h.stopOnce.Do(func() { close(h.stop) }) }
-
-type apiUserKey struct{}
-
-func apiUser(ctx context.Context) user.Info {
-	u, _ := ctx.Value(apiUserKey{}).(user.Info)
-	return u
-}
-
-// authenticate is kube-apiserver's filters.WithAuthentication for this API:
-// the API audiences go into the context, the union authenticates, the
-// Authorization header is dropped, and a caller nobody vouches for gets 401.
-func (h *APIHandler) authenticate(next http.Handler) http.Handler {
-	auds := authenticator.Audiences(h.opts.APIAudiences)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx := r.Context()
-		if len(auds) > 0 {
-			r = r.WithContext(authenticator.WithAudiences(ctx, auds))
-		}
-		var (
-			resp *authenticator.Response
-			ok   bool
-			err  error
-		)
-		if h.opts.Authenticator != nil {
-			resp, ok, err = h.opts.Authenticator.AuthenticateRequest(r)
-		}
-		// Never let a credential travel further than authentication.
-		r.Header.Del("Authorization")
-		if ok && resp != nil && len(auds) > 0 && len(resp.Audiences) > 0 && len(auds.Intersect(resp.Audiences)) == 0 {
-			ok, err = false, errors.New("the credential is not valid for deputy's API audiences")
-		}
-		if !ok || resp == nil || resp.User == nil {
-			// err comes from authenticators that never include the token
-			// ("invalid bearer token", certificate verification errors).
-			h.log.Info("api request unauthenticated", "requestID", requestID(ctx), "remote", r.RemoteAddr,
-				"method", r.Method, "path", r.URL.Path, "error", errString(err))
-			if r.ProtoMajor == 2 {
-				// As kube-apiserver (CVE-2023-44487): an unauthenticated
-				// client does not get to keep an HTTP/2 connection open.
-				w.Header().Set("Connection", "close")
-			}
-			writeAPIError(w, apierrors.NewUnauthorized("Unauthorized"), "Unauthorized: send a bearer token that deputy's token authenticators accept "+
-				"(Authorization: Bearer ...) or a client certificate signed by deputy's client CA")
-			return
-		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(ctx, apiUserKey{}, resp.User)))
-	})
-}
-
-// authorize asks deputy's authorizer; only an Allow passes. It answers 403
-// (or 503 before any policy is loaded) itself and returns false otherwise.
-func (h *APIHandler) authorize(w http.ResponseWriter, r *http.Request, verb, subresource, namespace, name string) bool {
-	ctx := r.Context()
-	attrs := authorizer.AttributesRecord{
-		User: apiUser(ctx), Verb: verb, Namespace: namespace,
-		APIGroup: v1alpha1.Group, APIVersion: v1alpha1.Version, Resource: applicationsResource.Resource, Subresource: subresource,
-		Name: name, ResourceRequest: true, Path: r.URL.Path,
-	}
-	decision, reason, err := h.opts.Authorizer.Authorize(ctx, attrs)
-	if decision == authorizer.DecisionAllow {
-		return true
-	}
-	log := h.requestLog(r)
-	if errors.Is(err, policy.ErrNotLoaded) {
-		log.Info("api request refused: no policy loaded", "verb", verb, "application", namespace+"/"+name)
-		writeAPIError(w, apierrors.NewServiceUnavailable("deputy has not loaded its policy yet; see /readyz"), "")
-		return false
-	}
-	if reason == "" && err != nil {
-		reason = err.Error()
-	}
-	log.Info("api request forbidden", "verb", verb, "resource", resourceWithSubresource(attrs), "application", namespace+"/"+name, "reason", reason)
-	writeAPIError(w, forbidden(attrs, reason), "")
-	return false
-}
 
 func resourceWithSubresource(a authorizer.Attributes) string {
 	if sub := a.GetSubresource(); sub != "" {
@@ -286,6 +214,12 @@ func forbidden(a authorizer.Attributes, reason string) *apierrors.StatusError {
 		msg += ": " + reason
 	}
 	return apierrors.NewForbidden(schema.GroupResource{Group: a.GetAPIGroup(), Resource: a.GetResource()}, a.GetName(), errors.New(msg))
+}
+
+// apiUser is the authenticated caller (set by the handler chain).
+func apiUser(ctx context.Context) user.Info {
+	u, _ := request.UserFrom(ctx)
+	return u
 }
 
 func (h *APIHandler) requestLog(r *http.Request) *slog.Logger {
@@ -316,9 +250,6 @@ func (h *APIHandler) lookup(w http.ResponseWriter, namespace, name string) (*v1a
 // sync starts a sync: POST .../applications/{name}/sync.
 func (h *APIHandler) sync(w http.ResponseWriter, r *http.Request) {
 	ns, name := chi.URLParam(r, "namespace"), chi.URLParam(r, "name")
-	if !h.authorize(w, r, "create", "sync", ns, name) {
-		return
-	}
 	op, serr := readSyncOperation(w, r)
 	if serr != nil {
 		writeStatus(w, serr)
@@ -405,9 +336,6 @@ func readSyncOperation(w http.ResponseWriter, r *http.Request) (v1alpha1.SyncOpe
 // get answers GET .../applications/{name}, or streams with ?watch=true.
 func (h *APIHandler) get(w http.ResponseWriter, r *http.Request) {
 	ns, name := chi.URLParam(r, "namespace"), chi.URLParam(r, "name")
-	if !h.authorize(w, r, "get", "", ns, name) {
-		return
-	}
 	watch := false
 	if v := r.URL.Query().Get("watch"); v != "" {
 		b, err := strconv.ParseBool(v)

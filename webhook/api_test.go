@@ -163,7 +163,11 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func newAPIFixture(t *testing.T, snap func() *policy.Snapshot) *apiFixture {
+// apiFixtureOption changes the fixture's authentication or API options
+// before the handler is built.
+type apiFixtureOption func(a *APIAuthenticationOptions, o *APIOptions)
+
+func newAPIFixture(t *testing.T, snap func() *policy.Snapshot, options ...apiFixtureOption) *apiFixture {
 	t.Helper()
 	if snap == nil {
 		s, err := policy.Load(apiTestPolicy)
@@ -199,14 +203,33 @@ func newAPIFixture(t *testing.T, snap func() *policy.Snapshot) *apiFixture {
 	auds := []string{"https://kubernetes.default.svc.cluster.local"}
 	ca := newTestCA(t, "api-client-ca")
 	verify := newSwitchableVerifier(ca.pool())
-	h := NewAPIHandler(APIOptions{
-		Authenticator: NewAPIAuthenticator(tokenreview.NewChain(auds, func() *policy.TokenSet { return snap().TokenSetOf() }), verify.VerifyOptions),
-		APIAudiences:  auds,
-		Authorizer:    authz,
-		Applications:  SnapshotApplications(snap),
-		Operations:    ops,
-		Log:           log,
-	})
+	apiAuthz, err := NewAPIAuthorizer(NewProjectScopeAuthorizer(SnapshotApplications(snap)), authz, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	authnOpts := APIAuthenticationOptions{
+		Tokens:   tokenreview.NewChain(auds, func() *policy.TokenSet { return snap().TokenSetOf() }),
+		ClientCA: verify.VerifyOptions,
+	}
+	apiOpts := APIOptions{
+		APIAudiences:    auds,
+		Authorizer:      apiAuthz,
+		AggregatedGroup: "sync.deputy.dev",
+		Ready: func() error {
+			if snap() == nil {
+				return policy.ErrNotLoaded
+			}
+			return nil
+		},
+		Applications: SnapshotApplications(snap),
+		Operations:   ops,
+		Log:          log,
+	}
+	for _, o := range options {
+		o(&authnOpts, &apiOpts)
+	}
+	apiOpts.Authenticator = NewAPIAuthenticator(authnOpts)
+	h := NewAPIHandler(apiOpts)
 	return &apiFixture{handler: h, ops: ops, runner: runner, logs: logs, ca: ca}
 }
 
@@ -477,10 +500,14 @@ func TestAPISyncBodyValidation(t *testing.T) {
 
 func TestAPIMethodsAndPaths(t *testing.T) {
 	f := newAPIFixture(t, nil)
-	if resp := f.do(t, http.MethodPut, syncPath, aliceAPIToken, "", ""); resp.code != http.StatusMethodNotAllowed || resp.status(t).Reason != metav1.StatusReasonMethodNotAllowed {
+	// As in kube-apiserver, authorization comes before routing: alice may
+	// not update applications/sync or get widgets, so both are 403, not
+	// 405 and 404.
+	if resp := f.do(t, http.MethodPut, syncPath, aliceAPIToken, "", ""); resp.code != http.StatusForbidden ||
+		!strings.Contains(resp.body, `cannot update resource \"applications/sync\"`) {
 		t.Errorf("PUT sync: %d %s", resp.code, resp.body)
 	}
-	if resp := f.do(t, http.MethodGet, APIPrefix+"/namespaces/guestbook/widgets/x", aliceAPIToken, "", ""); resp.code != http.StatusNotFound {
+	if resp := f.do(t, http.MethodGet, APIPrefix+"/namespaces/guestbook/widgets/x", aliceAPIToken, "", ""); resp.code != http.StatusForbidden {
 		t.Errorf("unknown resource: %d %s", resp.code, resp.body)
 	}
 	if resp := f.do(t, http.MethodGet, appPath+"?watch=maybe", aliceAPIToken, "", ""); resp.code != http.StatusBadRequest {

@@ -15,6 +15,7 @@ import (
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
+	kauthorizer "k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/authorization/union"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/kubernetes"
@@ -229,13 +230,35 @@ func Run(ctx context.Context, cfg *config.DeputyConfiguration, log *slog.Logger,
 		apps = SnapshotApplications(source.Current)
 		pushTargets = fileGitPushTargets(source.Current, ops)
 	}
+	apiAuthn, requestHeader, err := newAPIAuthentication(runCtx, cfg.API, tokens, clientCAVerify)
+	if err != nil {
+		return err
+	}
+	var delegated kauthorizer.Authorizer
+	if cfg.API.DelegatedAuthorization {
+		if delegated, err = newDelegatedAuthorizer(clusterRESTConfig); err != nil {
+			return err
+		}
+	}
+	apiAuthz, err := NewAPIAuthorizer(NewProjectScopeAuthorizer(apps), authz, delegated)
+	if err != nil {
+		return err
+	}
 	api := NewAPIHandler(APIOptions{
-		Authenticator: NewAPIAuthenticator(tokens, clientCAVerify),
-		APIAudiences:  cfg.Authentication.APIAudiences,
-		Authorizer:    authz,
-		Applications:  apps,
-		Operations:    syncs,
-		Log:           log,
+		Authenticator:   apiAuthn,
+		RequestHeader:   requestHeader,
+		APIAudiences:    cfg.Authentication.APIAudiences,
+		Authorizer:      apiAuthz,
+		AggregatedGroup: cfg.API.AggregatedGroup,
+		Ready: func() error {
+			if source.Current() == nil {
+				return errors.New("deputy has not loaded its policy yet")
+			}
+			return nil
+		},
+		Applications: apps,
+		Operations:      syncs,
+		Log:             log,
 	})
 
 	gitHook, err := NewGitWebhookHandler(GitWebhookOptions{Settings: cfg.Sync.Webhook, Applications: pushTargets.list,

@@ -89,7 +89,10 @@ func (s *Server) Handler() http.Handler {
 		r.Handle("/validate", o.Metrics.instrument("validate", guard(o.Validate, o.RequireClientCertForValidate)))
 	}
 	if o.API != nil {
-		r.Handle(APIPrefix+"/*", o.Metrics.instrument("api", o.API))
+		// Every /apis path: deputy.dev, the aggregated group, discovery.
+		api := o.Metrics.instrument("api", o.API)
+		r.Handle("/apis", api)
+		r.Handle("/apis/*", api)
 	}
 	if o.GitWebhook != nil {
 		// Every method, so that the handler answers 405 as a metav1.Status.
@@ -133,8 +136,9 @@ func (s *Server) Run(ctx context.Context) error {
 		SessionTicketsDisabled: true,
 		NextProtos:             []string{"h2", "http/1.1"},
 	}
-	if o.ClientAuth != nil {
-		// Verified per request by ClientCertAuth; see its doc.
+	if o.ClientAuth != nil || o.API != nil {
+		// Verified per request: by ClientCertAuth (see its doc) and by the
+		// API's x509 and front-proxy authenticators.
 		tlsConfig.ClientAuth = tls.RequestClientCert
 	}
 	ln, err := net.Listen("tcp", o.Listen)

@@ -55,8 +55,8 @@ type APIAuthenticationOptions struct {
 // client certificate VerifyOptions verify and whose common name is one of
 // AllowedNames (any, when empty).
 type APIRequestHeader struct {
-	VerifyOptions                                                    x509request.VerifyOptionFunc
-	AllowedNames                                                     []string
+	VerifyOptions                                                  x509request.VerifyOptionFunc
+	AllowedNames                                                   []string
 	UsernameHeaders, UIDHeaders, GroupHeaders, ExtraHeaderPrefixes []string
 }
 

@@ -257,8 +257,8 @@ func Run(ctx context.Context, cfg *config.DeputyConfiguration, log *slog.Logger,
 			return nil
 		},
 		Applications: apps,
-		Operations:      syncs,
-		Log:             log,
+		Operations:   syncs,
+		Log:          log,
 	})
 
 	gitHook, err := NewGitWebhookHandler(GitWebhookOptions{Settings: cfg.Sync.Webhook, Applications: pushTargets.list,

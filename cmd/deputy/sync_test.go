@@ -133,12 +133,17 @@ func startSyncServer(t *testing.T, cert *tls.Certificate, clientCA *x509.CertPoo
 		}
 	}
 	auds := []string{"https://kubernetes.default.svc.cluster.local"}
+	apiAuthz, err := webhook.NewAPIAuthorizer(nil, authz, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	h := webhook.NewAPIHandler(webhook.APIOptions{
-		Authenticator: webhook.NewAPIAuthenticator(tokenreview.NewChain(auds, func() *policy.TokenSet { return snap.TokenSetOf() }), verify),
-		APIAudiences:  auds,
-		Authorizer:    authz,
-		Applications:  webhook.SnapshotApplications(current),
-		Operations:    ops,
+		Authenticator: webhook.NewAPIAuthenticator(webhook.APIAuthenticationOptions{
+			Tokens: tokenreview.NewChain(auds, func() *policy.TokenSet { return snap.TokenSetOf() }), ClientCA: verify}),
+		APIAudiences: auds,
+		Authorizer:   apiAuthz,
+		Applications: webhook.SnapshotApplications(current),
+		Operations:   ops,
 	})
 	srv := httptest.NewUnstartedServer(h)
 	srv.TLS = &tls.Config{ClientAuth: tls.RequestClientCert, MinVersion: tls.VersionTLS12}

@@ -309,7 +309,8 @@ func readSyncOperation(w http.ResponseWriter, r *http.Request) (v1alpha1.SyncOpe
 		return op, nil // no body: sync the source's targetRevision, no prune, no dry run
 	}
 	ct := r.Header.Get("Content-Type")
-	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+	// No content type is read as JSON: `kubectl create --raw -f` sends none.
+	if mt, _, err := mime.ParseMediaType(ct); ct != "" && (err != nil || mt != "application/json") {
 		return op, &statusError{code: http.StatusUnsupportedMediaType, reason: metav1.StatusReasonUnsupportedMediaType,
 			message: fmt.Sprintf("unsupported content type %q: send application/json, e.g. {\"revision\":\"\",\"prune\":false,\"dryRun\":false}", ct)}
 	}

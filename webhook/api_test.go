@@ -474,6 +474,7 @@ func TestAPISyncBodyValidation(t *testing.T) {
 		{"a wrong type is rejected", jsonCType, `{"prune":"yes"}`, 400, "failed to decode the sync request"},
 		{"a body that is not JSON is rejected", jsonCType, `prune=true`, 400, "failed to decode the sync request"},
 		{"trailing data is rejected", jsonCType, `{"prune":true} {}`, 400, "failed to decode the sync request"},
+		{"no content type is read as JSON (kubectl create --raw sends none)", "", `{"prune":true,"bogus":1}`, 400, `unknown field "bogus"`},
 		{"a form body is the wrong content type", "application/x-www-form-urlencoded", `{"prune":true}`, 415, `unsupported content type "application/x-www-form-urlencoded"`},
 		{"a revision with blanks is rejected", jsonCType, `{"revision":"main --upload-pack=x"}`, 400, "contains blanks or control characters"},
 		{"an oversized body is refused", jsonCType, `{"revision":"` + strings.Repeat("a", maxSyncRequestBytes) + `"}`, 413, "request body is larger than the limit of 65536 bytes"},

@@ -45,13 +45,19 @@ authorization:
     - serviceAccount: deputy-system/deputy
     strict: %t
     requireConstrained: true
+api:
+  # kube-apiserver's aggregation layer (front proxy) presents deputy's
+  # kube-apiserver client certificate (aggregation_test.go).
+  requestHeader:
+    clientCAFile: %s
+    allowedNames: [kube-apiserver]
 sync:
   # The Application controllers under test are the pair that
   # controller_test.go starts; this deputy answers kube-apiserver's webhooks
   # and leaves their Applications alone.
   applicationNamespaces: [e2e-main-deputy]
   leaderElection: {leaseNamespace: default}
-`, strict)
+`, strict, filepath.Join(deputy.CertDir, "ca.crt"))
 }
 
 func fileModeArgs() []string {
@@ -83,7 +89,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	certDir := filepath.Join(work, "certs")
-	if _, err := framework.CLI(bin, "certs", "init", "--dir", certDir, "--hosts", "127.0.0.1,localhost"); err != nil {
+	if _, err := framework.CLI(bin, "certs", "init", "--dir", certDir, "--hosts", "127.0.0.1,localhost,"+aggregatedServiceHost); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -117,7 +123,17 @@ func run(m *testing.M) int {
 	cp, err = framework.StartControlPlane(ctx, framework.ControlPlaneOptions{
 		DeputyBin: bin, DeputyURL: deputy.URL, CertDir: certDir, WorkDir: work,
 		ConfigArgs:    []string{"--authorized-ttl", "1s", "--unauthorized-ttl", "1s"},
-		APIServerArgs: map[string]string{"audit-policy-file": auditPolicy, "audit-log-path": auditLog},
+		APIServerArgs: map[string]string{"audit-policy-file": auditPolicy, "audit-log-path": auditLog,
+			// The aggregation layer proxies to deputy with deputy's
+			// kube-apiserver client certificate as its front-proxy identity.
+			"requestheader-client-ca-file":       filepath.Join(certDir, "ca.crt"),
+			"requestheader-allowed-names":        "kube-apiserver",
+			"requestheader-username-headers":     "X-Remote-User",
+			"requestheader-group-headers":        "X-Remote-Group",
+			"requestheader-extra-headers-prefix": "X-Remote-Extra-",
+			"proxy-client-cert-file":             filepath.Join(certDir, "kube-apiserver-client.crt"),
+			"proxy-client-key-file":              filepath.Join(certDir, "kube-apiserver-client.key"),
+		},
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

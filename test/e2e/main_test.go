@@ -122,7 +122,7 @@ func run(m *testing.M) int {
 	auditLog = filepath.Join(work, "audit.log")
 	cp, err = framework.StartControlPlane(ctx, framework.ControlPlaneOptions{
 		DeputyBin: bin, DeputyURL: deputy.URL, CertDir: certDir, WorkDir: work,
-		ConfigArgs:    []string{"--authorized-ttl", "1s", "--unauthorized-ttl", "1s"},
+		ConfigArgs: []string{"--authorized-ttl", "1s", "--unauthorized-ttl", "1s"},
 		APIServerArgs: map[string]string{"audit-policy-file": auditPolicy, "audit-log-path": auditLog,
 			// The aggregation layer proxies to deputy with deputy's
 			// kube-apiserver client certificate as its front-proxy identity.

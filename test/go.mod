@@ -3,6 +3,7 @@ module deputy.dev/deputy/test
 go 1.26.0
 
 require (
+	github.com/go-jose/go-jose/v4 v4.1.4
 	go.etcd.io/etcd/server/v3 v3.7.0
 	k8s.io/kubernetes v1.37.2
 )

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 
@@ -56,4 +57,43 @@ sha256:948b8c2427cd29047839b8e4a27a08763f8befbafa86be5cce8e46217d75e58a,ci,1002
 	// authenticated=false user="" groups=[] audiences=[]
 	// authenticated=false user="" groups=[] audiences=[]
 	// error: token is required for TokenReview in authentication
+}
+
+func ExampleIssueProjectToken() {
+	// deputy token keygen; in production the key comes from
+	// authentication.projectTokens.signingKeyFile.
+	key, _, _, err := tokenreview.GenerateSigningKey()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	token, info, err := tokenreview.IssueProjectToken(key, tokenreview.ProjectTokenRequest{
+		Namespace: "team-a", Name: "alpha", Role: "deployer", TTL: time.Hour,
+		Audiences: []string{"https://kubernetes.default.svc.cluster.local"}, Issuer: "deputy.dev/project-tokens",
+	}, time.Now())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	verifier, err := tokenreview.NewProjectTokenAuthenticator(tokenreview.ProjectTokenOptions{
+		Issuer:       "deputy.dev/project-tokens",
+		Keys:         []*tokenreview.VerificationKey{key.Public()},
+		APIAudiences: []string{"https://kubernetes.default.svc.cluster.local"},
+		// The role's groups, looked up on every use (here: a fixed project).
+		Roles: func(ns, name, role string) ([]string, bool) {
+			return []string{"team-a-deployers"}, ns == "team-a" && name == "alpha" && role == "deployer"
+		},
+		Revoked: func(jti string) bool { return false },
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	resp, ok, _ := verifier.AuthenticateToken(context.Background(), token)
+	fmt.Println(ok, resp.User.GetName(), resp.User.GetGroups(), info.UserName == resp.User.GetName())
+	id, _ := tokenreview.ProjectOf(resp.User)
+	fmt.Println(id)
+	// Output:
+	// true deputy:project:team-a/alpha:deployer [team-a-deployers] true
+	// team-a/alpha
 }

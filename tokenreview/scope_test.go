@@ -1,0 +1,154 @@
+package tokenreview_test
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/authentication/user"
+
+	"deputy.dev/deputy/policy"
+	"deputy.dev/deputy/policy/v1alpha1"
+	"deputy.dev/deputy/tokenreview"
+)
+
+func app(ns, name, project string) *v1alpha1.Application {
+	return &v1alpha1.Application{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: v1alpha1.ApplicationSpec{Project: project}}
+}
+
+func TestCheckProjectScope(t *testing.T) {
+	projectUser := func(extra map[string][]string) user.Info {
+		return &user.DefaultInfo{Name: "deputy:project:team-a/alpha:deployer", Extra: extra}
+	}
+	alpha := map[string][]string{tokenreview.ExtraProject: {"team-a/alpha"}, tokenreview.ExtraProjectRole: {"deployer"}}
+	tests := []struct {
+		name    string
+		user    user.Info
+		app     *v1alpha1.Application
+		wantErr string
+	}{
+		{name: "a user without a project is not restricted", user: &user.DefaultInfo{Name: "alice"}, app: app("team-b", "web", "beta")},
+		{name: "a project token may act on its project's Application", user: projectUser(alpha), app: app("team-a", "web", "alpha")},
+		{name: "a project token may not act on another project's Application", user: projectUser(alpha), app: app("team-b", "web", "beta"),
+			wantErr: `the project token of AppProject "team-a/alpha" may only act on Applications of that project; Application "team-b/web" belongs to AppProject "team-b/beta"`},
+		{name: "a project of the same name in another namespace is another project", user: projectUser(alpha), app: app("team-b", "web", "alpha"),
+			wantErr: `belongs to AppProject "team-b/alpha"`},
+		{name: "an unknown Application is refused", user: projectUser(alpha), app: nil, wantErr: "may only act on Applications of that project"},
+		{name: "a malformed project extra matches nothing", user: projectUser(map[string][]string{tokenreview.ExtraProject: {"alpha"}}),
+			app: app("team-a", "web", "alpha"), wantErr: "malformed"},
+		{name: "two project values match nothing", user: projectUser(map[string][]string{tokenreview.ExtraProject: {"team-a/alpha", "team-b/beta"}}),
+			app: app("team-a", "web", "alpha"), wantErr: "malformed"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tokenreview.CheckProjectScope(tc.user, tc.app)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Errorf("CheckProjectScope() = %v, want nil", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Errorf("CheckProjectScope() = %v, want an error containing %q", err, tc.wantErr)
+			}
+		})
+	}
+	t.Run("ProjectOf returns the project and role", func(t *testing.T) {
+		id, ok := tokenreview.ProjectOf(projectUser(alpha))
+		if !ok || id != (tokenreview.ProjectIdentity{Namespace: "team-a", Name: "alpha", Role: "deployer"}) || id.String() != "team-a/alpha" {
+			t.Errorf("ProjectOf() = %+v, %t", id, ok)
+		}
+		if _, ok := tokenreview.ProjectOf(nil); ok {
+			t.Error("ProjectOf(nil) is restricted")
+		}
+	})
+}
+
+func TestProjectRoleLookups(t *testing.T) {
+	proj := func(group, ns, name string, roles ...v1alpha1.ProjectRole) policy.Project {
+		return policy.Project{Group: group, Object: &v1alpha1.AppProject{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: v1alpha1.AppProjectSpec{Roles: roles}}}
+	}
+	state := &policy.ClusterState{Projects: []policy.Project{
+		proj("argoproj.io", "argocd", "alpha", v1alpha1.ProjectRole{Name: "deployer", Groups: []string{"argo"}}),
+		proj(v1alpha1.Group, "team-a", "alpha", v1alpha1.ProjectRole{Name: "deployer", Groups: []string{"cluster-deployers"}}),
+	}}
+	cluster := tokenreview.ClusterProjectRoles(func() *policy.ClusterState { return state })
+	none := tokenreview.ClusterProjectRoles(func() *policy.ClusterState { return nil })
+	snapshot := tokenreview.SnapshotProjectRoles(func() *policy.Snapshot { return nil })
+	first := tokenreview.FirstProjectRoles(snapshot, nil, cluster)
+
+	for _, tc := range []struct {
+		name            string
+		lookup          tokenreview.ProjectRoleLookup
+		ns, proj, role  string
+		wantOK          bool
+		wantFirstGroups string
+	}{
+		{"a deputy.dev project's role is found", cluster, "team-a", "alpha", "deployer", true, "cluster-deployers"},
+		{"an argoproj.io project is not a deputy project", cluster, "argocd", "alpha", "deployer", false, ""},
+		{"a missing role is not found", cluster, "team-a", "alpha", "admin", false, ""},
+		{"nothing is found before the cluster is read", none, "team-a", "alpha", "deployer", false, ""},
+		{"nothing is found before a policy is loaded", snapshot, "team-a", "alpha", "deployer", false, ""},
+		{"the first lookup that finds the role answers", first, "team-a", "alpha", "deployer", true, "cluster-deployers"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			groups, ok := tc.lookup(tc.ns, tc.proj, tc.role)
+			if ok != tc.wantOK || strings.Join(groups, ",") != tc.wantFirstGroups {
+				t.Errorf("lookup = %v, %t; want %q, %t", groups, ok, tc.wantFirstGroups, tc.wantOK)
+			}
+		})
+	}
+}
+
+func TestRevocationListReloads(t *testing.T) {
+	k := newTestKey(t)
+	dir := t.TempDir()
+	keyFile := writeFile(t, dir, "key.pem", k.privatePEM)
+	revFile := writeFile(t, dir, "revoked.txt", []byte("# revoked project tokens\nsome-old-id  # leaked in CI\n"))
+	reg := prometheus.NewRegistry()
+	chains := mustChains(t, chainsConfig{keyFile: keyFile, revocationFile: revFile, registry: reg}, nil)
+	tok, info := issue(t, k, alphaDeployer(), time.Now())
+	reviewer := tokenreview.NewReviewer(chains.Webhook, apiAudiences)
+	review := func() authenticationv1.TokenReviewStatus {
+		st, err := reviewer.Review(t.Context(), authenticationv1.TokenReviewSpec{Token: tok})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+
+	if st := review(); !st.Authenticated || st.User.Username != "deputy:project:team-a/alpha:deployer" || st.Error != "" {
+		t.Fatalf("before revocation: %+v, want authenticated", st)
+	}
+	if err := os.WriteFile(revFile, []byte("some-old-id\n"+info.ID+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for review().Authenticated {
+		if time.Now().After(deadline) {
+			t.Fatal("the revoked token still authenticates 5s after the revocation file changed")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if st := review(); st.Error != "" {
+		t.Errorf("a revoked token is not a fault: status.error = %q", st.Error)
+	}
+	if got := metricValue(t, reg, "deputy_project_token_rejections_total", map[string]string{"reason": "revoked"}); got < 1 {
+		t.Errorf("rejections{reason=revoked} = %v, want >= 1", got)
+	}
+
+	t.Run("a revocation file that disappears keeps the last list", func(t *testing.T) {
+		if err := os.Remove(revFile); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1500 * time.Millisecond)
+		if review().Authenticated {
+			t.Error("the revoked token authenticates again after the revocation file was removed")
+		}
+		if !chains.Revocations.Revoked(info.ID) || !chains.Revocations.Revoked("some-old-id") || chains.Revocations.Revoked("#") {
+			t.Errorf("revocation list lost entries or parsed comments (%d entries)", chains.Revocations.Len())
+		}
+	})
+}

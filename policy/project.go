@@ -85,7 +85,9 @@ var ErrNoMatchingServiceAccount = errors.New("no matching service account found"
 // and "a"+"b/c" are two entries; a defaultServiceAccount is "name" or
 // "namespace:name" with exactly one colon, a non-empty namespace that is a
 // DNS-1123 label and a name that is a DNS-1123 subdomain (what Kubernetes
-// requires of namespaces and ServiceAccount names).
+// requires of namespaces and ServiceAccount names); a role group may not
+// start with "system:" (project tokens carry the role's groups, and those
+// are Kubernetes' built-in groups, system:masters among them).
 //
 // Warnings name destinationServiceAccounts entries that can never be chosen
 // because an earlier entry matches every destination they match (the first
@@ -227,6 +229,10 @@ func projectValidateRoles(roles []v1alpha1.ProjectRole, fld *field.Path) field.E
 				errs = append(errs, e)
 			}
 			groups[group] = true
+			if strings.HasPrefix(group, "system:") {
+				errs = append(errs, field.Invalid(idx.Child("groups").Index(j), group,
+					"a role may not name a Kubernetes system: group (system:masters is cluster-admin): deputy project tokens carry the role's groups; use a group of your own and bind it with RBAC"))
+			}
 		}
 	}
 	return errs

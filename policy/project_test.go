@@ -887,3 +887,13 @@ func TestSaSafeMatch(t *testing.T) {
 		}
 	})
 }
+
+func TestValidateAppProjectRefusesSystemGroupsInRoles(t *testing.T) {
+	p := &v1alpha1.AppProject{Spec: v1alpha1.AppProjectSpec{Roles: []v1alpha1.ProjectRole{
+		{Name: "ci", Groups: []string{"team-a-ci", "system:masters"}},
+	}}}
+	errs, _ := ValidateAppProject(p)
+	if len(errs) != 1 || errs[0].Field != "spec.roles[0].groups[1]" || !strings.Contains(errs[0].Error(), "system:masters is cluster-admin") {
+		t.Errorf("errors %v, want one for spec.roles[0].groups[1]", errs)
+	}
+}

@@ -541,6 +541,11 @@ func (c *Controller) lead(rootCtx, leaderCtx context.Context) {
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: "deputy-applications"})
 	workCtx, stopWork := context.WithCancel(leaderCtx)
 	defer stopWork()
+	// Stopping deputy ends the wait for the informer too: waitTerm (which
+	// holds the Lease until this term returns) must not wait for a cache
+	// that never syncs (CRD missing, RBAC missing).
+	stopOnRoot := context.AfterFunc(rootCtx, stopWork)
+	defer stopOnRoot()
 
 	var wg sync.WaitGroup
 	if cache.WaitForCacheSync(workCtx.Done(), c.informer.HasSynced) {

@@ -45,6 +45,10 @@ const projectClaimKey = "deputy.dev"
 // about the time. Expiry gets no leeway.
 const projectClockSkew = time.Minute
 
+// MaxProjectTokenTTL bounds a project token's lifetime (exp - iat), at issue
+// and at verification: a stolen token must not outlive every rotation.
+const MaxProjectTokenTTL = 90 * 24 * time.Hour
+
 // ProjectUserName is the user name of a project token for role of the
 // AppProject namespace/name.
 func ProjectUserName(namespace, name, role string) string {
@@ -100,8 +104,8 @@ func IssueProjectToken(key *SigningKey, req ProjectTokenRequest, now time.Time) 
 	if strings.TrimSpace(req.Role) == "" {
 		problems = append(problems, "role must not be empty: name one of the AppProject's spec.roles (--role)")
 	}
-	if req.TTL <= 0 {
-		problems = append(problems, fmt.Sprintf("ttl %s must be positive (--ttl, e.g. 24h)", req.TTL))
+	if req.TTL <= 0 || req.TTL > MaxProjectTokenTTL {
+		problems = append(problems, fmt.Sprintf("ttl %s must be positive and at most %s (--ttl, e.g. 24h)", req.TTL, MaxProjectTokenTTL))
 	}
 	if len(req.Audiences) == 0 || slices.Contains(req.Audiences, "") {
 		problems = append(problems, "audiences must be non-empty strings (--audience)")
@@ -185,6 +189,11 @@ const (
 	ProjectRejectAudience   = "audience"
 	ProjectRejectRevoked    = "revoked"
 	ProjectRejectNoRole     = "unknown_project_role"
+	// ProjectRejectSystemGroup: the role names a system: group (e.g.
+	// system:masters), which a project token never carries.
+	ProjectRejectSystemGroup = "system_group"
+	// ProjectRejectLifetime: the token lives longer than MaxProjectTokenTTL.
+	ProjectRejectLifetime = "lifetime"
 )
 
 // ProjectTokenAuthenticator verifies deputy's project tokens. It is immutable
@@ -281,6 +290,10 @@ func (a *ProjectTokenAuthenticator) authenticate(ctx context.Context, token stri
 		a.rejected(ProjectRejectExpired)
 		return nil, true
 	}
+	if std.IssuedAt == nil || std.Expiry.Time().Sub(std.IssuedAt.Time()) > MaxProjectTokenTTL {
+		a.rejected(ProjectRejectLifetime)
+		return nil, true
+	}
 	if err := std.ValidateWithLeeway(jwt.Expected{Issuer: a.issuer, Time: now}, projectClockSkew); err != nil {
 		if errors.Is(err, jwt.ErrNotValidYet) || errors.Is(err, jwt.ErrIssuedInTheFuture) {
 			a.rejected(ProjectRejectNotYet)
@@ -317,6 +330,14 @@ func (a *ProjectTokenAuthenticator) authenticate(ctx context.Context, token stri
 	groups, ok := a.roles(p.Namespace, p.Name, p.Role)
 	if !ok {
 		a.rejected(ProjectRejectNoRole)
+		return nil, true
+	}
+	// A project role must not lift its tokens into the cluster's built-in
+	// groups (system:masters would be cluster-admin, through kube-apiserver
+	// and deputy's API alike): anyone who may edit the AppProject would
+	// otherwise hold them.
+	if slices.ContainsFunc(groups, func(g string) bool { return strings.HasPrefix(g, "system:") }) {
+		a.rejected(ProjectRejectSystemGroup)
 		return nil, true
 	}
 	return &authenticator.Response{

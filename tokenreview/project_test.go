@@ -54,6 +54,7 @@ func roles(m map[string][]string) tokenreview.ProjectRoleLookup {
 var testRoles = roles(map[string][]string{
 	"team-a/alpha:deployer": {"team-a-deployers", "ci"},
 	"team-a/alpha:viewer":   nil,
+	"team-a/alpha:admin":    {"team-a-admins", "system:masters"},
 })
 
 func issue(t testing.TB, k testKey, req tokenreview.ProjectTokenRequest, now time.Time) (string, tokenreview.IssuedProjectToken) {
@@ -111,6 +112,7 @@ func TestProjectTokenAuthenticator(t *testing.T) {
 	future, _ := issue(t, current, alphaDeployer(), now.Add(10*time.Minute))
 	otherIssuer, _ := issue(t, current, tokenreview.ProjectTokenRequest{Namespace: "team-a", Name: "alpha", Role: "deployer", Issuer: "someone-else"}, now)
 	viewer, _ := issue(t, current, tokenreview.ProjectTokenRequest{Namespace: "team-a", Name: "alpha", Role: "viewer"}, now)
+	systemGroup, _ := issue(t, current, tokenreview.ProjectTokenRequest{Namespace: "team-a", Name: "alpha", Role: "admin"}, now)
 
 	// Tampering: the payload of another token under valid's signature.
 	vp, dp := strings.Split(valid, "."), strings.Split(deletedRole, ".")
@@ -130,6 +132,10 @@ func TestProjectTokenAuthenticator(t *testing.T) {
 	subMismatch := forge(t, jose.ES256, current.raw, current.key.KeyID(), std(tokenreview.ProjectUserName("team-b", "beta", "admin"), nil), priv)
 	noExpiry := forge(t, jose.ES256, current.raw, current.key.KeyID(), std(goodSub, func(c *jwt.Claims) { c.Expiry = nil }), priv)
 	noID := forge(t, jose.ES256, current.raw, current.key.KeyID(), std(goodSub, func(c *jwt.Claims) { c.ID = "" }), priv)
+	tooLong := forge(t, jose.ES256, current.raw, current.key.KeyID(), std(goodSub, func(c *jwt.Claims) {
+		c.Expiry = jwt.NewNumericDate(now.Add(tokenreview.MaxProjectTokenTTL + time.Hour))
+	}), priv)
+	noIssuedAt := forge(t, jose.ES256, current.raw, current.key.KeyID(), std(goodSub, func(c *jwt.Claims) { c.IssuedAt = nil }), priv)
 	// Algorithm confusion: HMAC keyed with the public key's DER.
 	pubDER, _ := x509.MarshalPKIXPublicKey(&current.raw.PublicKey)
 	hmacForged := forge(t, jose.HS256, pubDER, current.key.KeyID(), std(goodSub, nil), priv)
@@ -181,6 +187,11 @@ func TestProjectTokenAuthenticator(t *testing.T) {
 		{name: "a subject that does not match the project claim is refused", keys: []testKey{current}, token: subMismatch,
 			wantReason: tokenreview.ProjectRejectMalformed},
 		{name: "a token without expiry is refused", keys: []testKey{current}, token: noExpiry, wantReason: tokenreview.ProjectRejectExpired},
+		{name: "a role naming a system: group (system:masters) authenticates nobody", keys: []testKey{current}, token: systemGroup,
+			wantReason: tokenreview.ProjectRejectSystemGroup},
+		{name: "a token living longer than MaxProjectTokenTTL is refused", keys: []testKey{current}, token: tooLong,
+			wantReason: tokenreview.ProjectRejectLifetime},
+		{name: "a token without iat is refused", keys: []testKey{current}, token: noIssuedAt, wantReason: tokenreview.ProjectRejectLifetime},
 		{name: "a token without jti is refused", keys: []testKey{current}, token: noID, wantReason: tokenreview.ProjectRejectMalformed},
 		{name: "an HS256 token claiming deputy's issuer is refused", keys: []testKey{current}, token: hmacForged,
 			wantReason: tokenreview.ProjectRejectMalformed},

@@ -39,11 +39,20 @@ func LoadRevocationList(path string) (*RevocationList, error) {
 	if err != nil {
 		return nil, fmt.Errorf("failed to read the project token revocation list (authentication.projectTokens.revocationFile): %w", err)
 	}
-	r.ids.Store(parseRevocations(data))
+	set, err := parseRevocations(data)
+	if err != nil {
+		return nil, err
+	}
+	r.ids.Store(set)
 	return r, nil
 }
 
-func parseRevocations(data []byte) *revocationSet {
+// parseRevocations reads one or more token IDs per line ('#' starts a
+// comment).
+//
+// Errors: a line longer than 1 MiB (the file is refused as a whole: a
+// truncated list would un-revoke the entries after it).
+func parseRevocations(data []byte) (*revocationSet, error) {
 	set := &revocationSet{ids: map[string]struct{}{}, data: data}
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)
@@ -56,7 +65,10 @@ func parseRevocations(data []byte) *revocationSet {
 			set.ids[id] = struct{}{}
 		}
 	}
-	return set
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("the project token revocation list (authentication.projectTokens.revocationFile) cannot be read to its end: %w", err)
+	}
+	return set, nil
 }
 
 // Revoked reports whether jti is on the list.
@@ -82,7 +94,11 @@ func (r *RevocationList) Reload() (bool, error) {
 	if bytes.Equal(data, r.ids.Load().data) {
 		return false, nil
 	}
-	r.ids.Store(parseRevocations(data))
+	set, err := parseRevocations(data)
+	if err != nil {
+		return false, fmt.Errorf("%w; keeping the last list", err)
+	}
+	r.ids.Store(set)
 	return true, nil
 }
 

@@ -2,6 +2,7 @@ package tokenreview_test
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -151,4 +152,33 @@ func TestRevocationListReloads(t *testing.T) {
 			t.Errorf("revocation list lost entries or parsed comments (%d entries)", chains.Revocations.Len())
 		}
 	})
+}
+
+// A line the scanner cannot hold must not truncate the list: every entry
+// after it would silently stop being revoked.
+func TestRevocationListRefusesAnOverlongLine(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "revoked.txt")
+	data := "first-id\n# " + strings.Repeat("x", 2<<20) + "\nrevoked-after-long-line\n"
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tokenreview.LoadRevocationList(path); err == nil || !strings.Contains(err.Error(), "revocationFile") {
+		t.Fatalf("LoadRevocationList() error = %v, want one naming revocationFile", err)
+	}
+	if err := os.WriteFile(path, []byte("first-id\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	list, err := tokenreview.LoadRevocationList(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := list.Reload(); err == nil {
+		t.Error("Reload() of an overlong line: no error")
+	}
+	if !list.Revoked("first-id") {
+		t.Error("a failed reload dropped the last good list")
+	}
 }

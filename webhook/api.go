@@ -27,6 +27,7 @@ import (
 	"deputy.dev/deputy/policy"
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer"
+	"deputy.dev/deputy/tokenreview"
 )
 
 // APIPrefix is the path prefix of deputy's own API (group deputy.dev, version
@@ -230,9 +231,23 @@ func (h *APIHandler) requestLog(r *http.Request) *slog.Logger {
 	return h.log.With("requestID", requestID(r.Context()), "user", name)
 }
 
-// lookup finds the Application and answers 404 or 503 itself when it cannot.
-func (h *APIHandler) lookup(w http.ResponseWriter, namespace, name string) (*v1alpha1.Application, bool) {
+// lookup finds the Application and answers 404 or 503 itself when it cannot;
+// a project token's scope is checked again on the Application found (the
+// authorizer checked it before, on what it could see then): 403.
+func (h *APIHandler) lookup(w http.ResponseWriter, r *http.Request, verb, subresource, namespace, name string) (*v1alpha1.Application, bool) {
 	app, err := h.opts.Applications.Application(namespace, name)
+	if err == nil {
+		if u := apiUser(r.Context()); u != nil {
+			if _, restricted := tokenreview.ProjectOf(u); restricted {
+				if serr := tokenreview.CheckProjectScope(u, app); serr != nil {
+					attrs := authorizer.AttributesRecord{User: u, Verb: verb, Namespace: namespace, APIGroup: v1alpha1.Group,
+						Resource: applicationsResource.Resource, Subresource: subresource, Name: name, ResourceRequest: true}
+					writeAPIError(w, forbidden(attrs, serr.Error()), "")
+					return nil, false
+				}
+			}
+		}
+	}
 	switch {
 	case errors.Is(err, policy.ErrNotLoaded):
 		writeAPIError(w, apierrors.NewServiceUnavailable("deputy has not loaded its policy yet; see /readyz"), "")
@@ -255,7 +270,7 @@ func (h *APIHandler) sync(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, serr)
 		return
 	}
-	app, ok := h.lookup(w, ns, name)
+	app, ok := h.lookup(w, r, "create", "sync", ns, name)
 	if !ok {
 		return
 	}
@@ -346,7 +361,7 @@ func (h *APIHandler) get(w http.ResponseWriter, r *http.Request) {
 		}
 		watch = b
 	}
-	app, ok := h.lookup(w, ns, name)
+	app, ok := h.lookup(w, r, "get", "", ns, name)
 	if !ok {
 		return
 	}

@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -32,6 +33,7 @@ import (
 	genericfilters "k8s.io/apiserver/pkg/server/filters"
 	"k8s.io/client-go/kubernetes/scheme"
 
+	"deputy.dev/deputy/policy"
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/tokenreview"
 )
@@ -118,14 +120,15 @@ func NewAPIAuthorizer(scope authorizer.Authorizer, deputy authorizer.Authorizer,
 	if err != nil {
 		return nil, err
 	}
-	members := []authzunion.NamedAuthorizer{
-		{AuthorizerName: "privileged-groups", Authorizer: authorizerfactory.NewPrivilegedGroups(user.SystemPrivilegedGroup)},
-		{AuthorizerName: "always-allow-paths", Authorizer: paths},
-		{AuthorizerName: "discovery", Authorizer: authorizer.AuthorizerFunc(authorizeDiscovery)},
-	}
+	var members []authzunion.NamedAuthorizer
 	if scope != nil {
+		// First: a project token's scope holds whatever groups it carries.
 		members = append(members, authzunion.NamedAuthorizer{AuthorizerName: "project-token-scope", Authorizer: scope})
 	}
+	members = append(members,
+		authzunion.NamedAuthorizer{AuthorizerName: "privileged-groups", Authorizer: authorizerfactory.NewPrivilegedGroups(user.SystemPrivilegedGroup)},
+		authzunion.NamedAuthorizer{AuthorizerName: "always-allow-paths", Authorizer: paths},
+		authzunion.NamedAuthorizer{AuthorizerName: "discovery", Authorizer: authorizer.AuthorizerFunc(authorizeDiscovery)})
 	members = append(members, authzunion.NamedAuthorizer{AuthorizerName: "deputy", Authorizer: deputy})
 	if delegated != nil {
 		members = append(members, authzunion.NamedAuthorizer{AuthorizerName: "delegated", Authorizer: delegated})
@@ -152,9 +155,12 @@ func authorizeDiscovery(_ context.Context, a authorizer.Attributes) (authorizer.
 }
 
 // NewProjectScopeAuthorizer denies a deputy project token (tokenreview
-// project tokens: user.Info extra deputy.dev/project) any request on an
-// Application of another project; it has no opinion on everything else, so
-// the policy still decides what a project token may do in its own project.
+// project tokens: user.Info extra deputy.dev/project) any request that is not
+// about an existing Application of its project; it has no opinion on the
+// rest, so the policy still decides what a project token may do in its own
+// project. It goes first in NewAPIAuthorizer: no group a token carries lifts
+// its scope. The handlers check the scope again on the Application they act
+// on.
 func NewProjectScopeAuthorizer(apps ApplicationStore) authorizer.Authorizer {
 	return authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
 		if _, restricted := tokenreview.ProjectOf(a.GetUser()); !restricted {
@@ -164,12 +170,16 @@ func NewProjectScopeAuthorizer(apps ApplicationStore) authorizer.Authorizer {
 			return authorizer.DecisionDeny, "deputy project tokens may only get and sync Applications of their project", nil
 		}
 		app, err := apps.Application(a.GetNamespace(), a.GetName())
+		if errors.Is(err, policy.ErrNotLoaded) {
+			// Not known yet: the handler answers 503 (and checks the scope
+			// again on the Application it acts on).
+			return authorizer.DecisionNoOpinion, "", nil
+		}
 		if err != nil {
 			return authorizer.DecisionDeny, "", err // fail closed
 		}
-		if app == nil {
-			return authorizer.DecisionNoOpinion, "", nil // the handler answers 404 if the policy allows
-		}
+		// A missing Application is refused too (403, not 404): a project
+		// token learns nothing about other projects' Applications.
 		if err := tokenreview.CheckProjectScope(a.GetUser(), app); err != nil {
 			return authorizer.DecisionDeny, err.Error(), nil
 		}
@@ -278,6 +288,9 @@ func (s *auditLogSink) ProcessEvents(events ...*auditinternal.Event) bool {
 	for _, ev := range events {
 		attrs := []any{"auditID", string(ev.AuditID), "stage", string(ev.Stage), "verb", ev.Verb, "uri", ev.RequestURI,
 			"user", ev.User.Username, "groups", ev.User.Groups, "sourceIPs", ev.SourceIPs}
+		if ids := ev.User.Extra["authentication.kubernetes.io/credential-id"]; len(ids) > 0 {
+			attrs = append(attrs, "credentialID", ids[0]) // e.g. JTI=...: names the token, is not the token
+		}
 		if ev.ImpersonatedUser != nil {
 			attrs = append(attrs, "impersonatedUser", ev.ImpersonatedUser.Username)
 		}

@@ -127,6 +127,15 @@ func TestAPIProjectTokenScope(t *testing.T) {
 	if resp := f.do(t, http.MethodPost, syncPath, "", "", "", cert, as("guestbook/other")); resp.code != http.StatusForbidden {
 		t.Errorf("another project's token: %d %s, want 403", resp.code, resp.body)
 	}
+	// No group lifts the scope, not even system:masters.
+	masters := headers("X-Remote-User", "deputy:project:guestbook/other:ci", "X-Remote-Group", "system:masters",
+		"X-Remote-Extra-"+strings.ReplaceAll(tokenreview.ExtraProject, "/", "%2F"), "guestbook/other")
+	if resp := f.do(t, http.MethodPost, syncPath, "", "", "", cert, masters); resp.code != http.StatusForbidden {
+		t.Errorf("another project's token in system:masters: %d %s, want 403", resp.code, resp.body)
+	}
+	if resp := f.do(t, http.MethodGet, "/apis/deputy.dev/v1alpha1/namespaces/guestbook/applications/nope", "", "", "", cert, as("guestbook/guestbook")); resp.code != http.StatusForbidden {
+		t.Errorf("a missing Application for a project token: %d %s, want 403 (no probing)", resp.code, resp.body)
+	}
 	if resp := f.do(t, http.MethodPost, syncPath, "", "", "", cert, as("guestbook/guestbook")); resp.code != http.StatusAccepted {
 		t.Errorf("the project's own token: %d %s, want 202", resp.code, resp.body)
 	}

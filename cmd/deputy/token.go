@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"deputy.dev/deputy/certs"
 	"deputy.dev/deputy/config"
 	"deputy.dev/deputy/tokenreview"
 )
@@ -187,10 +188,12 @@ the old public key once its tokens have expired.`,
 			if err != nil {
 				return err
 			}
-			if err := os.WriteFile(privateFile, priv, 0o600); err != nil {
+			// A new file renamed into place: mode 0600 even when --force
+			// replaces a file that was more open, and never through a symlink.
+			if err := certs.WriteFileAtomic(privateFile, priv, 0o600); err != nil {
 				return fmt.Errorf("failed to write the private key: %w", err)
 			}
-			if err := os.WriteFile(publicFile, pub, 0o644); err != nil {
+			if err := certs.WriteFileAtomic(publicFile, pub, 0o644); err != nil {
 				return fmt.Errorf("failed to write the public key: %w", err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s and %s (kid %s)\n", privateFile, publicFile, key.KeyID())

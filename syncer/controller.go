@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -164,11 +165,18 @@ func NewController(opts ControllerOptions) (*Controller, error) {
 	if le.LeaseDuration == 0 {
 		le.LeaseDuration, le.RenewDeadline, le.RetryPeriod = 15*time.Second, 10*time.Second, 2*time.Second
 	}
-	dyn, err := dynamic.NewForConfig(opts.Config)
+	restCfg := rest.CopyConfig(opts.Config)
+	if restCfg.QPS == 0 && restCfg.RateLimiter == nil {
+		// client-go's default (5/s, burst 10) would take a minute to record
+		// a push's syncs of a few hundred Applications (controller-runtime
+		// raises it too).
+		restCfg.QPS, restCfg.Burst = controllerQPS, controllerBurst
+	}
+	dyn, err := dynamic.NewForConfig(restCfg)
 	if err != nil {
 		return nil, fmt.Errorf("syncer: failed to build the Applications client: %w", err)
 	}
-	kube, err := kubernetes.NewForConfig(opts.Config)
+	kube, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return nil, fmt.Errorf("syncer: failed to build the Lease client: %w", err)
 	}
@@ -382,7 +390,23 @@ func (c *Controller) Start(ctx context.Context, app *v1alpha1.Application, _ *v1
 		return nil, err
 	}
 	var recorded *unstructured.Unstructured
+	// One request in the common case: a merge patch conditioned on the
+	// resourceVersion the informer has, which holds no operation. A
+	// conflict (the cache was behind) falls back to read-modify-write.
+	if cached := c.get(appKey(app.Namespace, app.Name)); cached != nil && cached.Operation == nil && cached.ResourceVersion != "" {
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": cached.ResourceVersion}, "operation": content})
+		if err != nil {
+			return nil, err
+		}
+		recorded, err = c.client.Namespace(app.Namespace).Patch(ctx, app.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+		if err != nil && !apierrors.IsConflict(err) {
+			return nil, err
+		}
+	}
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if recorded != nil {
+			return nil
+		}
 		u, err := c.client.Namespace(app.Namespace).Get(ctx, app.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -503,6 +527,12 @@ func (t *term) ending() bool {
 	return t.drain != nil && t.drain.Err() != nil
 }
 
+// The controller's client-side rate limit when the configuration sets none.
+const (
+	controllerQPS   = 50
+	controllerBurst = 100
+)
+
 // reconcileWorkers is how many Applications are looked at concurrently;
 // operations themselves run in the Operations queue.
 const reconcileWorkers = 2
@@ -534,7 +564,20 @@ func (c *Controller) lead(rootCtx, leaderCtx context.Context) {
 	stopLeading := context.AfterFunc(leaderCtx, func() { c.leading.Store(false) })
 	defer stopLeading()
 
-	ops := NewOperations(c.opts.Runner, OperationsOptions{Workers: c.opts.Workers, Logger: c.opts.Logger, StatusWriter: &statusWriter{c: c, term: t}})
+	ops := NewOperations(c.opts.Runner, OperationsOptions{Workers: c.opts.Workers, Logger: c.opts.Logger,
+		StatusWriter: &statusWriter{c: c, term: t},
+		// Whether or not the final state was written: the Application is
+		// free now, and may record another operation already.
+		OnFinished: func(namespace, name string) {
+			key := appKey(namespace, name)
+			c.mu.Lock()
+			delete(c.running, key)
+			q := c.queue
+			c.mu.Unlock()
+			if q != nil {
+				q.Add(key)
+			}
+		}})
 	c.ops.Store(ops)
 	defer c.ops.Store(nil)
 	queue := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
@@ -788,15 +831,6 @@ func (w *statusWriter) WriteOperationState(ctx context.Context, namespace, name 
 	if state.Phase == v1alpha1.OperationRunning {
 		return nil
 	}
-	defer func() {
-		w.c.mu.Lock()
-		delete(w.c.running, key)
-		q := w.c.queue
-		w.c.mu.Unlock()
-		if q != nil {
-			q.Add(key) // an operation recorded meanwhile is started next
-		}
-	}()
 	if w.term.ending() {
 		return errTermEnding
 	}

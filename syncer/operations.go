@@ -84,6 +84,10 @@ type OperationsOptions struct {
 	Logger *slog.Logger
 	// StatusWriter, if set, persists every state change (cluster mode).
 	StatusWriter StatusWriter
+	// OnFinished, if set, is called after an operation has ended and its
+	// Application is free for the next one (cluster mode: look at the
+	// Application again, an operation may have been recorded meanwhile).
+	OnFinished func(namespace, name string)
 }
 
 // Operations is the operations queue: at most one operation per Application
@@ -91,11 +95,13 @@ type OperationsOptions struct {
 // every Application in memory, and progress events for watchers. It runs each
 // operation with a Runner (the Engine). Safe for concurrent use.
 type Operations struct {
-	runner  Runner
-	log     *slog.Logger
-	writer  StatusWriter
-	slots   chan struct{}
-	workers int
+	runner Runner
+	log    *slog.Logger
+	writer StatusWriter
+	// onFinished: see OperationsOptions.OnFinished.
+	onFinished func(namespace, name string)
+	slots      chan struct{}
+	workers    int
 
 	base   context.Context // parent of every operation; cancelled by Shutdown
 	cancel context.CancelFunc
@@ -126,7 +132,7 @@ func NewOperations(runner Runner, opts OperationsOptions) *Operations {
 	}
 	base, cancel := context.WithCancel(context.Background())
 	return &Operations{
-		runner: runner, log: log, writer: opts.StatusWriter,
+		runner: runner, log: log, writer: opts.StatusWriter, onFinished: opts.OnFinished,
 		slots: make(chan struct{}, workers), workers: workers,
 		base: base, cancel: cancel,
 		apps: map[string]*appOperations{},
@@ -347,6 +353,9 @@ func (o *Operations) finish(key string, gen uint64, req Request, started, final 
 	}
 	o.mu.Unlock()
 	o.auditLine(req, final)
+	if o.onFinished != nil {
+		o.onFinished(req.Application.Namespace, req.Application.Name)
+	}
 }
 
 // normalizeFinal enforces the Runner contract on what Run returned: a state

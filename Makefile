@@ -30,6 +30,13 @@ test: unit e2e ## Everything: unit tests, then e2e against a real kube-apiserver
 unit: ## Unit tests of the product module (race detector on)
 	$(GO) test -race -count=1 ./...
 
+IMAGE     ?= ghcr.io/deputy-dev/deputy:$(VERSION)
+CONTAINER ?= docker
+
+.PHONY: image
+image: ## Build the container image IMAGE (docker or CONTAINER=podman; kind: kind load docker-image IMAGE)
+	$(CONTAINER) build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+
 .PHONY: e2e
 e2e: build test-binaries ## e2e suite and a small RBAC conformance run: real kube-apiserver v1.37.2 + etcd built from Go modules
 	KUBEBUILDER_ASSETS=$(BIN) $(GO) test -tags envtest -count=1 -run 'APIServer' ./policy/ ./webhook/ ./syncer/

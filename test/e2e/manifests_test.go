@@ -212,7 +212,7 @@ func TestManifests(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		const start = "```yaml\n# deputy/kustomization.yaml\n"
+		const start = "```yaml\n# my-deputy/kustomization.yaml\n"
 		_, rest, ok := strings.Cut(string(readme), start)
 		snippet, _, ok2 := strings.Cut(rest, "```")
 		if !ok || !ok2 {

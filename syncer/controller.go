@@ -269,12 +269,19 @@ func (c *Controller) transform(obj any) (any, error) {
 	return app, nil
 }
 
-func (c *Controller) onEvent(obj any) {
+// eventApplication is the Application of an informer event (also of a
+// deletion tombstone), nil for anything else (skipped objects).
+func eventApplication(obj any) *v1alpha1.Application {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
-	app, ok := obj.(*v1alpha1.Application)
-	if !ok {
+	app, _ := obj.(*v1alpha1.Application)
+	return app
+}
+
+func (c *Controller) onEvent(obj any) {
+	app := eventApplication(obj)
+	if app == nil {
 		return
 	}
 	key := appKey(app.Namespace, app.Name)
@@ -294,11 +301,8 @@ func (c *Controller) onEvent(obj any) {
 
 // forget drops what the controller remembers of a deleted Application.
 func (c *Controller) forget(obj any) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	app, ok := obj.(*v1alpha1.Application)
-	if !ok {
+	app := eventApplication(obj)
+	if app == nil {
 		return
 	}
 	key := appKey(app.Namespace, app.Name)

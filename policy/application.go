@@ -94,7 +94,21 @@ func (s *Snapshot) DeputyAppProject(namespace, name string) *v1alpha1.AppProject
 	if s == nil {
 		return nil
 	}
-	for _, p := range s.Projects {
+	return deputyAppProject(s.Projects, namespace, name)
+}
+
+// DeputyAppProject returns the deputy.dev AppProject namespace/name read
+// from the cluster, or nil (also for a nil state). The object is shared: do
+// not modify it.
+func (s *ClusterState) DeputyAppProject(namespace, name string) *v1alpha1.AppProject {
+	if s == nil {
+		return nil
+	}
+	return deputyAppProject(s.Projects, namespace, name)
+}
+
+func deputyAppProject(projects []Project, namespace, name string) *v1alpha1.AppProject {
+	for _, p := range projects {
 		if p.Group == v1alpha1.Group && p.Object.Namespace == namespace && p.Object.Name == name {
 			return p.Object
 		}

@@ -326,16 +326,7 @@ func SnapshotProjectRoles(current func() *policy.Snapshot) ProjectRoleLookup {
 // the cluster (cluster mode). A nil state finds nothing.
 func ClusterProjectRoles(current func() *policy.ClusterState) ProjectRoleLookup {
 	return func(namespace, name, role string) ([]string, bool) {
-		st := current()
-		if st == nil {
-			return nil, false
-		}
-		for _, p := range st.Projects {
-			if p.Group == v1alpha1.Group && p.Object.Namespace == namespace && p.Object.Name == name {
-				return roleGroups(p.Object, role)
-			}
-		}
-		return nil, false
+		return roleGroups(current().DeputyAppProject(namespace, name), role)
 	}
 }
 

@@ -68,12 +68,7 @@ func ClusterProjects(state authorizer.ClusterStateFunc) func(namespace, name str
 		if st == nil || !st.Synced {
 			return nil, policy.ErrNotLoaded
 		}
-		for _, p := range st.Projects {
-			if p.Group == v1alpha1.Group && p.Object.Namespace == namespace && p.Object.Name == name {
-				return p.Object.DeepCopy(), nil
-			}
-		}
-		return nil, nil
+		return st.DeputyAppProject(namespace, name).DeepCopy(), nil
 	}
 }
 

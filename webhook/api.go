@@ -21,6 +21,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	kjson "sigs.k8s.io/json"
 
@@ -193,30 +194,6 @@ func (h *APIHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.route
 // when it starts draining.
 func (h *APIHandler) CloseStreams() { h.stopOnce.Do(func() { close(h.stop) }) }
 
-func resourceWithSubresource(a authorizer.Attributes) string {
-	if sub := a.GetSubresource(); sub != "" {
-		return a.GetResource() + "/" + sub
-	}
-	return a.GetResource()
-}
-
-// forbidden is kube-apiserver's responsewriters.ForbiddenStatusError for a
-// namespaced resource request: `applications.deputy.dev "name" is forbidden:
-// User "u" cannot create resource "applications/sync" in API group
-// "deputy.dev" in the namespace "ns"`, then ": " and the authorizer's reason.
-func forbidden(a authorizer.Attributes, reason string) *apierrors.StatusError {
-	username := ""
-	if u := a.GetUser(); u != nil {
-		username = u.GetName()
-	}
-	msg := fmt.Sprintf("User %q cannot %s resource %q in API group %q in the namespace %q",
-		username, a.GetVerb(), resourceWithSubresource(a), a.GetAPIGroup(), a.GetNamespace())
-	if reason != "" {
-		msg += ": " + reason
-	}
-	return apierrors.NewForbidden(schema.GroupResource{Group: a.GetAPIGroup(), Resource: a.GetResource()}, a.GetName(), errors.New(msg))
-}
-
 // apiUser is the authenticated caller (set by the handler chain).
 func apiUser(ctx context.Context) user.Info {
 	u, _ := request.UserFrom(ctx)
@@ -242,7 +219,7 @@ func (h *APIHandler) lookup(w http.ResponseWriter, r *http.Request, verb, subres
 				if serr := tokenreview.CheckProjectScope(u, app); serr != nil {
 					attrs := authorizer.AttributesRecord{User: u, Verb: verb, Namespace: namespace, APIGroup: v1alpha1.Group,
 						Resource: applicationsResource.Resource, Subresource: subresource, Name: name, ResourceRequest: true}
-					writeAPIError(w, forbidden(attrs, serr.Error()), "")
+					writeAPIError(w, responsewriters.ForbiddenStatusError(attrs, serr.Error()), "")
 					return nil, false
 				}
 			}

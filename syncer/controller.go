@@ -134,6 +134,11 @@ type recordedOperation struct {
 	operation  v1alpha1.Operation
 }
 
+// recordOf is the record of the operation app (which has one) records.
+func recordOf(app *v1alpha1.Application) recordedOperation {
+	return recordedOperation{uid: app.UID, generation: app.Generation, operation: *app.Operation.DeepCopy()}
+}
+
 // NewController builds the controller; Run starts it.
 //
 // Errors: a required option is missing, or a client cannot be built from
@@ -393,35 +398,7 @@ func (c *Controller) Start(ctx context.Context, app *v1alpha1.Application, _ *v1
 	if err != nil {
 		return nil, err
 	}
-	var recorded *unstructured.Unstructured
-	// One request in the common case: a merge patch conditioned on the
-	// resourceVersion the informer has, which holds no operation. A
-	// conflict (the cache was behind) falls back to read-modify-write.
-	if cached := c.get(appKey(app.Namespace, app.Name)); cached != nil && cached.Operation == nil && cached.ResourceVersion != "" {
-		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": cached.ResourceVersion}, "operation": content})
-		if err != nil {
-			return nil, err
-		}
-		recorded, err = c.client.Namespace(app.Namespace).Patch(ctx, app.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
-		if err != nil && !apierrors.IsConflict(err) {
-			return nil, err
-		}
-	}
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if recorded != nil {
-			return nil
-		}
-		u, err := c.client.Namespace(app.Namespace).Get(ctx, app.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if existing, found, _ := unstructured.NestedFieldNoCopy(u.Object, "operation"); found && existing != nil {
-			return ErrOperationInProgress
-		}
-		u.Object["operation"] = content
-		recorded, err = c.client.Namespace(app.Namespace).Update(ctx, u, metav1.UpdateOptions{FieldManager: FieldManager})
-		return err
-	})
+	recorded, err := c.recordOperation(ctx, app, content)
 	if err != nil {
 		return nil, err
 	}
@@ -436,6 +413,42 @@ func (c *Controller) Start(ctx context.Context, app *v1alpha1.Application, _ *v1
 		StartedAt:          metav1.Now(),
 		ObservedGeneration: recorded.GetGeneration(),
 	}, nil
+}
+
+// recordOperation writes operation (unstructured content) into app's
+// operation field and returns the updated object. One request in the common
+// case: a merge patch conditioned on the resourceVersion the informer has,
+// which holds no operation; a conflict (the cache was behind) falls back to
+// read-modify-write.
+//
+// Errors: ErrOperationInProgress when the Application records an operation;
+// API errors as they come.
+func (c *Controller) recordOperation(ctx context.Context, app *v1alpha1.Application, operation map[string]any) (*unstructured.Unstructured, error) {
+	client := c.client.Namespace(app.Namespace)
+	if cached := c.get(appKey(app.Namespace, app.Name)); cached != nil && cached.Operation == nil && cached.ResourceVersion != "" {
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": cached.ResourceVersion}, "operation": operation})
+		if err != nil {
+			return nil, err
+		}
+		recorded, err := client.Patch(ctx, app.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+		if !apierrors.IsConflict(err) {
+			return recorded, err
+		}
+	}
+	var recorded *unstructured.Unstructured
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		u, err := client.Get(ctx, app.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if existing, found, _ := unstructured.NestedFieldNoCopy(u.Object, "operation"); found && existing != nil {
+			return ErrOperationInProgress
+		}
+		u.Object["operation"] = operation
+		recorded, err = client.Update(ctx, u, metav1.UpdateOptions{FieldManager: FieldManager})
+		return err
+	})
+	return recorded, err
 }
 
 // ApplicationStatus returns the Application's status as the informer has it
@@ -724,8 +737,7 @@ func (c *Controller) runRecorded(ctx context.Context, ops *Operations, app *v1al
 	st := app.Status.OperationState
 	if st != nil && st.ObservedGeneration == app.Generation {
 		if st.Phase != v1alpha1.OperationRunning {
-			return c.clearOperation(ctx, app.Namespace, app.Name,
-				recordedOperation{uid: app.UID, generation: app.Generation, operation: *app.Operation.DeepCopy()})
+			return c.clearOperation(ctx, app.Namespace, app.Name, recordOf(app))
 		}
 		c.log.Info("running an operation again: the leader that started it stopped before it ended",
 			"application", key, "startedAt", st.StartedAt.UTC().Format(time.RFC3339))
@@ -742,14 +754,14 @@ func (c *Controller) runRecorded(ctx context.Context, ops *Operations, app *v1al
 				key, app.Spec.Project, app.Spec.Project, app.Namespace),
 			StartedAt: now, FinishedAt: &now, ObservedGeneration: app.Generation,
 		}
-		rec := recordedOperation{uid: app.UID, generation: app.Generation, operation: *app.Operation.DeepCopy()}
+		rec := recordOf(app)
 		if err := c.writeStatus(ctx, app.Namespace, app.Name, rec, final); err != nil {
 			return err
 		}
 		return c.clearOperation(ctx, app.Namespace, app.Name, rec)
 	}
 	c.mu.Lock()
-	c.running[key] = recordedOperation{uid: app.UID, generation: app.Generation, operation: *app.Operation.DeepCopy()}
+	c.running[key] = recordOf(app)
 	c.mu.Unlock()
 	_, err = ops.Start(ctx, app, project, *app.Operation.Sync, app.Operation.InitiatedBy)
 	if errors.Is(err, ErrOperationInProgress) || errors.Is(err, ErrShuttingDown) {

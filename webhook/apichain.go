@@ -86,10 +86,9 @@ func (r *APIRequestHeader) config() *authenticatorfactory.RequestHeaderConfig {
 func NewAPIAuthenticator(o APIAuthenticationOptions) authenticator.Request {
 	var chain []authenticator.Request
 	if rh := o.RequestHeader; rh != nil {
+		c := rh.config()
 		chain = append(chain, headerrequest.NewDynamicVerifyOptionsSecure(rh.VerifyOptions,
-			headerrequest.StaticStringSlice(rh.AllowedNames), headerrequest.StaticStringSlice(rh.UsernameHeaders),
-			headerrequest.StaticStringSlice(rh.UIDHeaders), headerrequest.StaticStringSlice(rh.GroupHeaders),
-			headerrequest.StaticStringSlice(rh.ExtraHeaderPrefixes)))
+			c.AllowedClientNames, c.UsernameHeaders, c.UIDHeaders, c.GroupHeaders, c.ExtraHeaderPrefixes))
 	}
 	if o.ClientCA != nil {
 		chain = append(chain, x509request.NewDynamic(o.ClientCA, x509request.CommonNameUserConversion))

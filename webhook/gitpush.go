@@ -323,14 +323,25 @@ func (h *GitWebhookHandler) serveGitHub(w http.ResponseWriter, r *http.Request, 
 	h.dispatch(w, r, d, push)
 }
 
-func (h *GitWebhookHandler) serveGitLab(w http.ResponseWriter, r *http.Request, d delivery) {
-	secret, ok := h.secret(h.gitlab)
+// sharedToken authenticates a delivery that carries the provider's secret
+// itself in header (GitLab, the plain form): false, with the 401 written,
+// when the secret (what, configured at field) is not configured or the
+// header does not equal it (compared in constant time).
+func (h *GitWebhookHandler) sharedToken(w http.ResponseWriter, r *http.Request, d delivery, f *secretFile, header, what, field string) bool {
+	secret, ok := h.secret(f)
 	if !ok {
-		h.unauthorized(w, r, d, "the GitLab secret token is not configured or cannot be read (sync.webhook.gitlabSecretFile)")
-		return
+		h.unauthorized(w, r, d, what+" is not configured or cannot be read ("+field+")")
+		return false
 	}
-	if !tokenEqual(secret, r.Header.Get(headerGitLabToken)) {
-		h.unauthorized(w, r, d, "X-Gitlab-Token is missing or wrong")
+	if !tokenEqual(secret, r.Header.Get(header)) {
+		h.unauthorized(w, r, d, header+" is missing or wrong")
+		return false
+	}
+	return true
+}
+
+func (h *GitWebhookHandler) serveGitLab(w http.ResponseWriter, r *http.Request, d delivery) {
+	if !h.sharedToken(w, r, d, h.gitlab, headerGitLabToken, "the GitLab secret token", "sync.webhook.gitlabSecretFile") {
 		return
 	}
 	switch d.event {
@@ -359,13 +370,7 @@ func (h *GitWebhookHandler) serveGitLab(w http.ResponseWriter, r *http.Request, 
 }
 
 func (h *GitWebhookHandler) serveForm(w http.ResponseWriter, r *http.Request, d delivery) {
-	secret, ok := h.secret(h.form)
-	if !ok {
-		h.unauthorized(w, r, d, "the webhook token is not configured or cannot be read (sync.webhook.tokenFile)")
-		return
-	}
-	if !tokenEqual(secret, r.Header.Get(headerDeputyToken)) {
-		h.unauthorized(w, r, d, "X-Deputy-Webhook-Token is missing or wrong")
+	if !h.sharedToken(w, r, d, h.form, headerDeputyToken, "the webhook token", "sync.webhook.tokenFile") {
 		return
 	}
 	if mediaType(r) != "application/x-www-form-urlencoded" {

@@ -1,12 +1,10 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,6 +19,7 @@ import (
 
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer"
+	"deputy.dev/deputy/test/framework"
 )
 
 // deputy's API through kube-apiserver's aggregation layer: an APIService
@@ -46,10 +45,8 @@ func kubectlAs(t *testing.T, token string, stdin []byte, args ...string) (string
 	if err := cp.WriteTokenKubeconfig(kc, token); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.CommandContext(t.Context(), "kubectl", append([]string{"--kubeconfig", kc}, args...)...)
-	cmd.Stdin = bytes.NewReader(stdin)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
+	out, stderr, err := framework.Kubectl(t.Context(), stdin, append([]string{"--kubeconfig", kc}, args...)...)
+	return out + stderr, err
 }
 
 func TestAggregatedAPIThroughKubeAPIServer(t *testing.T) {

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -393,7 +392,7 @@ func runBaseDeputy(t *testing.T, base []*unstructured.Unstructured) {
 		t.Fatal(err)
 	}
 	kubectl := func(ctx context.Context, stdin []byte, args ...string) (string, string, error) {
-		return runKubectl(ctx, stdin, append([]string{"--kubeconfig", adminKubeconfig}, args...)...)
+		return framework.Kubectl(ctx, stdin, append([]string{"--kubeconfig", adminKubeconfig}, args...)...)
 	}
 	applyForReal(t, kubectl, objectsOf(base, "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"))
 
@@ -532,7 +531,7 @@ func repoPath(parts ...string) string {
 // operators run it) and decodes the objects.
 func kustomize(t *testing.T, dir string) []*unstructured.Unstructured {
 	t.Helper()
-	out, stderr, err := runKubectl(t.Context(), nil, "kustomize", dir)
+	out, stderr, err := framework.Kubectl(t.Context(), nil, "kustomize", dir)
 	if err != nil {
 		t.Fatalf("kubectl kustomize %s: %v\n%s", dir, err, stderr)
 	}
@@ -555,17 +554,6 @@ func kustomize(t *testing.T, dir string) []*unstructured.Unstructured {
 		t.Fatalf("kubectl kustomize %s rendered nothing", dir)
 	}
 	return objs
-}
-
-func runKubectl(ctx context.Context, stdin []byte, args ...string) (string, string, error) {
-	cmd := exec.CommandContext(ctx, "kubectl", args...)
-	if stdin != nil {
-		cmd.Stdin = bytes.NewReader(stdin)
-	}
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	return out.String(), errb.String(), err
 }
 
 // applyForReal applies objs with kubectl (not a dry run).

@@ -150,7 +150,13 @@ func (cp *ControlPlane) TokenConfig(token string) *rest.Config {
 // Kubectl runs kubectl with the admin kubeconfig (plus args) and returns
 // stdout and stderr.
 func (cp *ControlPlane) Kubectl(ctx context.Context, stdin []byte, args ...string) (string, string, error) {
-	cmd := exec.CommandContext(ctx, "kubectl", append([]string{"--kubeconfig", cp.AdminKubeconfig}, args...)...)
+	return Kubectl(ctx, stdin, append([]string{"--kubeconfig", cp.AdminKubeconfig}, args...)...)
+}
+
+// Kubectl runs kubectl with args (and stdin, if not nil) and returns stdout
+// and stderr.
+func Kubectl(ctx context.Context, stdin []byte, args ...string) (string, string, error) {
+	cmd := exec.CommandContext(ctx, "kubectl", args...)
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(stdin)
 	}

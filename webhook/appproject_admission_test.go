@@ -273,34 +273,54 @@ func TestAppProjectValidator(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			resp := NewAppProjectValidator(tt.lintWarnings).Handle(t.Context(), tt.request(t))
-			if resp.Allowed != tt.wantAllowed {
-				t.Errorf("allowed = %v, want %v (result %+v)", resp.Allowed, tt.wantAllowed, resp.Result)
-			}
-			if resp.Result == nil {
-				t.Fatal("response has no result")
-			}
-			if resp.Result.Code != tt.wantCode || resp.Result.Reason != tt.wantReason {
-				t.Errorf("code, reason = %d, %q; want %d, %q", resp.Result.Code, resp.Result.Reason, tt.wantCode, tt.wantReason)
-			}
-			if resp.Result.Message != tt.wantMessage {
-				t.Errorf("message =\n%s\nwant\n%s", resp.Result.Message, tt.wantMessage)
-			}
-			var causes []metav1.StatusCause
-			if d := resp.Result.Details; d != nil {
-				causes = d.Causes
+			checkAdmissionResponse(t, resp, admissionWant{allowed: tt.wantAllowed, code: tt.wantCode, reason: tt.wantReason,
+				message: tt.wantMessage, causes: tt.wantCauses, warnings: tt.wantWarnings}, func(d *metav1.StatusDetails) {
 				if d.Kind != "AppProject" || d.Name != "guestbook" {
 					t.Errorf("details kind, name = %q, %q; want AppProject, guestbook", d.Kind, d.Name)
 				}
-			}
-			if diff := cmp.Diff(tt.wantCauses, causes); diff != "" {
-				t.Errorf("causes (-want +got):\n%s", diff)
-			}
-			if diff := cmp.Diff(tt.wantWarnings, resp.Warnings); diff != "" {
-				t.Errorf("warnings (-want +got):\n%s", diff)
-			}
-			if resp.Patch != nil || len(resp.Patches) > 0 || resp.PatchType != nil {
-				t.Error("a validating webhook must not return a patch")
-			}
+			})
 		})
+	}
+}
+
+// admissionWant is what a validating webhook's answer should be.
+type admissionWant struct {
+	allowed  bool
+	code     int32
+	reason   metav1.StatusReason
+	message  string
+	causes   []metav1.StatusCause
+	warnings []string
+}
+
+// checkAdmissionResponse compares resp with want; checkDetails, called when
+// the result has details, checks what they name.
+func checkAdmissionResponse(t *testing.T, resp admission.Response, want admissionWant, checkDetails func(*metav1.StatusDetails)) {
+	t.Helper()
+	if resp.Allowed != want.allowed {
+		t.Errorf("allowed = %v, want %v (result %+v)", resp.Allowed, want.allowed, resp.Result)
+	}
+	if resp.Result == nil {
+		t.Fatal("response has no result")
+	}
+	if resp.Result.Code != want.code || resp.Result.Reason != want.reason {
+		t.Errorf("code, reason = %d, %q; want %d, %q", resp.Result.Code, resp.Result.Reason, want.code, want.reason)
+	}
+	if resp.Result.Message != want.message {
+		t.Errorf("message =\n%s\nwant\n%s", resp.Result.Message, want.message)
+	}
+	var causes []metav1.StatusCause
+	if d := resp.Result.Details; d != nil {
+		causes = d.Causes
+		checkDetails(d)
+	}
+	if diff := cmp.Diff(want.causes, causes); diff != "" {
+		t.Errorf("causes (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(want.warnings, resp.Warnings); diff != "" {
+		t.Errorf("warnings (-want +got):\n%s", diff)
+	}
+	if resp.Patch != nil || len(resp.Patches) > 0 || resp.PatchType != nil {
+		t.Error("a validating webhook must not return a patch")
 	}
 }

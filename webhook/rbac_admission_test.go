@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -345,34 +344,12 @@ func TestImpersonationRBACValidator(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			resp := NewImpersonationRBACValidator(tt.mode).Handle(t.Context(), tt.request(t))
-			if resp.Allowed != tt.wantAllowed {
-				t.Errorf("allowed = %v, want %v (result %+v)", resp.Allowed, tt.wantAllowed, resp.Result)
-			}
-			if resp.Result == nil {
-				t.Fatal("response has no result")
-			}
-			if resp.Result.Code != tt.wantCode || resp.Result.Reason != tt.wantReason {
-				t.Errorf("code, reason = %d, %q; want %d, %q", resp.Result.Code, resp.Result.Reason, tt.wantCode, tt.wantReason)
-			}
-			if resp.Result.Message != tt.wantMessage {
-				t.Errorf("message =\n%s\nwant\n%s", resp.Result.Message, tt.wantMessage)
-			}
-			var causes []metav1.StatusCause
-			if d := resp.Result.Details; d != nil {
-				causes = d.Causes
+			checkAdmissionResponse(t, resp, admissionWant{allowed: tt.wantAllowed, code: tt.wantCode, reason: tt.wantReason,
+				message: tt.wantMessage, causes: tt.wantCauses, warnings: tt.wantWarnings}, func(d *metav1.StatusDetails) {
 				if d.Group != "rbac.authorization.k8s.io" || d.Kind != "clusterroles" && d.Kind != "roles" {
 					t.Errorf("details group, kind = %q, %q; want rbac.authorization.k8s.io, clusterroles or roles", d.Group, d.Kind)
 				}
-			}
-			if diff := cmp.Diff(tt.wantCauses, causes); diff != "" {
-				t.Errorf("causes (-want +got):\n%s", diff)
-			}
-			if diff := cmp.Diff(tt.wantWarnings, resp.Warnings); diff != "" {
-				t.Errorf("warnings (-want +got):\n%s", diff)
-			}
-			if resp.Patch != nil || len(resp.Patches) > 0 || resp.PatchType != nil {
-				t.Error("a validating webhook must not return a patch")
-			}
+			})
 		})
 	}
 }

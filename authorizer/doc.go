@@ -7,6 +7,12 @@
 //     (plugin/pkg/auth/authorizer/rbac), reason strings included, but with
 //     bindings indexed by subject so the cost does not grow with the number of
 //     bindings;
+//   - the impersonation Gate answers only the impersonation checks
+//     kube-apiserver sends: a configured sync identity may impersonate exactly
+//     the ServiceAccounts its AppProjects derive and act as them only inside
+//     those projects (destinations, kinds by their real scope, names in
+//     white- and blacklists, an allow-list of subresources); everyone else only
+//     through RBAC rules naming the target; protected targets never;
 //   - New composes deputy's authorizers with k8s.io/apiserver's union and
 //     applies the configured default decision.
 //

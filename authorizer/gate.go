@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -48,7 +50,28 @@ type GateOptions struct {
 	ExemptUsers, ExemptGroups []string
 	// Protected targets are never impersonated through deputy.
 	ProtectedGroups, ProtectedUserPrefixes, ProtectedServiceAccountNamespaces []string
+	// Subresources is the allow-list of subresources an impersonator's
+	// ServiceAccounts may use in their projects' destinations; everything
+	// else with a subresource (pods/exec, serviceaccounts/token, …) is
+	// denied.
+	Subresources []SubresourceRule
+	// RefreshResources, when set, is called when a request without a
+	// namespace names a resource the catalog does not know (a custom resource
+	// whose definition was just created), at most once per
+	// resourceRefreshInterval: cluster mode asks discovery again then.
+	RefreshResources func()
 }
+
+// SubresourceRule allows one subresource, for some verbs, on a resource
+// ("*" for every resource), in any API group.
+type SubresourceRule struct {
+	Resource, Subresource string
+	Verbs                 []string
+}
+
+// resourceRefreshInterval bounds how often unknown resources make the gate
+// ask for a new discovery.
+const resourceRefreshInterval = 2 * time.Second
 
 // ClusterStateFunc returns the cluster's state in cluster mode; nil in file mode.
 type ClusterStateFunc func() *policy.ClusterState
@@ -66,6 +89,9 @@ type Gate struct {
 
 	exemptUsers, exemptGroups map[string]bool
 	impersonators             map[string]*Impersonator
+	// subresources maps "resource/subresource" ("*/status" too) to verbs.
+	subresources map[string]map[string]bool
+	lastRefresh  atomic.Int64 // unix nanos of the last RefreshResources call
 
 	mu    sync.Mutex // serialises index rebuilds
 	index atomic.Pointer[gateIndex]
@@ -82,6 +108,16 @@ func NewGate(opts GateOptions, file SnapshotFunc, cluster ClusterStateFunc) *Gat
 		exemptUsers: set(opts.ExemptUsers), exemptGroups: set(opts.ExemptGroups), impersonators: map[string]*Impersonator{}}
 	for i := range opts.Impersonators {
 		g.impersonators[opts.Impersonators[i].UserName] = &g.opts.Impersonators[i]
+	}
+	g.subresources = map[string]map[string]bool{}
+	for _, r := range opts.Subresources {
+		key := r.Resource + "/" + r.Subresource
+		if g.subresources[key] == nil {
+			g.subresources[key] = map[string]bool{}
+		}
+		for _, v := range r.Verbs {
+			g.subresources[key][v] = true
+		}
 	}
 	return g
 }
@@ -111,6 +147,17 @@ const (
 	impersonateOn                            // verb impersonate-on:<mode>:<verb>
 )
 
+// modeResources are the resources kube-apiserver's constrained impersonation
+// checks with each impersonate:<mode> verb, all in group
+// authentication.k8s.io (k8s.io/apiserver/pkg/endpoints/filters/impersonation
+// mode.go): the modes deputy knows, and nothing else.
+var modeResources = map[string][]string{
+	"serviceaccount":  {"serviceaccounts"},
+	"user-info":       {"users", "groups", "uids", "userextras"},
+	"arbitrary-node":  {"nodes"},
+	"associated-node": {"nodes"},
+}
+
 // parseImpersonationVerb classifies a verb; mode is "" for legacy, onVerb the
 // real request's verb for impersonate-on.
 func parseImpersonationVerb(verb string) (kind impersonationKind, mode, onVerb string) {
@@ -124,6 +171,42 @@ func parseImpersonationVerb(verb string) (kind impersonationKind, mode, onVerb s
 		return impersonateOn, mode, onVerb
 	}
 	return notImpersonation, "", ""
+}
+
+// classifyImpersonation returns the kind of an impersonation check only when
+// the attributes have a shape kube-apiserver's impersonation filters send
+// (k8s.io/apiserver/pkg/endpoints/filters/impersonation): legacy impersonate
+// on users, groups, serviceaccounts (group "") or uids, userextras/<key>
+// (authentication.k8s.io); impersonate:<mode> of a known mode on that
+// mode's resources in authentication.k8s.io; impersonate-on:<mode>:<verb> of
+// a known mode. Anything else (impersonate on jobs.batch, on a non-resource
+// path, an unknown mode) is notImpersonation: kube-apiserver never asks it
+// while impersonating, and the gate leaves it to the authorizers after it.
+func classifyImpersonation(a authorizer.Attributes) (kind impersonationKind, mode, onVerb string) {
+	kind, mode, onVerb = parseImpersonationVerb(a.GetVerb())
+	group, resource, sub := a.GetAPIGroup(), a.GetResource(), a.GetSubresource()
+	subOK := sub == "" || resource == "userextras"
+	switch kind {
+	case legacyImpersonate:
+		if !a.IsResourceRequest() || !subOK {
+			return notImpersonation, "", ""
+		}
+		switch {
+		case group == "" && (resource == "users" || resource == "groups" || resource == "serviceaccounts"):
+		case group == "authentication.k8s.io" && (resource == "uids" || resource == "userextras"):
+		default:
+			return notImpersonation, "", ""
+		}
+	case constrainedImpersonate:
+		if !a.IsResourceRequest() || !subOK || group != "authentication.k8s.io" || !slices.Contains(modeResources[mode], resource) {
+			return notImpersonation, "", ""
+		}
+	case impersonateOn:
+		if modeResources[mode] == nil || onVerb == "" || strings.Contains(onVerb, ":") {
+			return notImpersonation, "", ""
+		}
+	}
+	return kind, mode, onVerb
 }
 
 // Authorize decides impersonation checks:
@@ -140,11 +223,10 @@ func parseImpersonationVerb(verb string) (kind impersonationKind, mode, onVerb s
 // In cluster mode, until the cluster's AppProjects and RBAC have synced,
 // impersonation is denied with ErrProjectsNotSynced as evaluation error.
 func (g *Gate) Authorize(ctx context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
-	verb := a.GetVerb()
-	if !strings.HasPrefix(verb, "impersonate") {
+	if !strings.HasPrefix(a.GetVerb(), "impersonate") {
 		return authorizer.DecisionNoOpinion, "", nil
 	}
-	kind, mode, onVerb := parseImpersonationVerb(verb)
+	kind, mode, onVerb := classifyImpersonation(a)
 	if kind == notImpersonation {
 		return authorizer.DecisionNoOpinion, "", nil
 	}
@@ -166,7 +248,7 @@ func (g *Gate) Authorize(ctx context.Context, a authorizer.Attributes) (authoriz
 		return authorizer.DecisionDeny, "deputy impersonation gate: the cluster's AppProjects and RBAC objects are not synced yet", ErrProjectsNotSynced
 	}
 	if imp != nil {
-		return g.decideImpersonator(idx.impersonators[imp.UserName], a, kind, mode, onVerb)
+		return g.decideImpersonator(idx, idx.impersonators[imp.UserName], a, kind, mode, onVerb)
 	}
 	return g.decideStrict(idx, a)
 }
@@ -195,23 +277,38 @@ func (g *Gate) isExempt(u user.Info) bool {
 }
 
 // protectedTarget returns a deny reason when the check names a protected
-// user, group or ServiceAccount.
+// user, group or ServiceAccount, or asks for every name of a kind of target
+// that has protected members: constrained impersonation asks once for the
+// name "*" before checking many groups or extras one by one (mode.go
+// authorizeGroups), and an RBAC rule without resourceNames would allow that
+// "*" and so every group, the protected ones included. Denying it makes
+// kube-apiserver check each group, where the protected one is denied.
 func (g *Gate) protectedTarget(a authorizer.Attributes) string {
-	name := a.GetName()
+	name, ns := a.GetName(), a.GetNamespace()
+	const protected = "(authorization.impersonation.protectedTargets)"
 	switch a.GetResource() {
 	case "serviceaccounts":
-		if slices.Contains(g.opts.ProtectedServiceAccountNamespaces, a.GetNamespace()) {
-			return fmt.Sprintf("deputy impersonation gate: ServiceAccounts of namespace %q are protected targets and are never impersonated (authorization.impersonation.protectedTargets)", a.GetNamespace())
+		if slices.Contains(g.opts.ProtectedServiceAccountNamespaces, ns) {
+			return fmt.Sprintf("deputy impersonation gate: ServiceAccounts of namespace %q are protected targets and are never impersonated %s", ns, protected)
+		}
+		if ns == "*" && len(g.opts.ProtectedServiceAccountNamespaces) > 0 {
+			return "deputy impersonation gate: every namespace (\"*\") of ServiceAccounts includes protected targets " + protected
 		}
 	case "users":
 		for _, p := range g.opts.ProtectedUserPrefixes {
 			if strings.HasPrefix(name, p) {
-				return fmt.Sprintf("deputy impersonation gate: user %q is a protected target (prefix %q) and is never impersonated (authorization.impersonation.protectedTargets)", name, p)
+				return fmt.Sprintf("deputy impersonation gate: user %q is a protected target (prefix %q) and is never impersonated %s", name, p, protected)
 			}
+		}
+		if name == "*" && len(g.opts.ProtectedUserPrefixes) > 0 {
+			return "deputy impersonation gate: every user (\"*\") includes protected targets " + protected
 		}
 	case "groups":
 		if slices.Contains(g.opts.ProtectedGroups, name) {
-			return fmt.Sprintf("deputy impersonation gate: group %q is a protected target and is never impersonated (authorization.impersonation.protectedTargets)", name)
+			return fmt.Sprintf("deputy impersonation gate: group %q is a protected target and is never impersonated %s", name, protected)
+		}
+		if name == "*" && len(g.opts.ProtectedGroups) > 0 {
+			return "deputy impersonation gate: every group (\"*\") includes protected targets; kube-apiserver then checks the groups one by one " + protected
 		}
 	}
 	return ""
@@ -222,17 +319,12 @@ func (g *Gate) protectedTarget(a authorizer.Attributes) string {
 //     `impersonate:serviceaccount` (group authentication.k8s.io): Allow iff
 //     one of its AppProjects derives exactly that ServiceAccount for its
 //     cluster (CompiledProject.DerivesServiceAccount); legacy is denied with
-//     RequireConstrained;
+//     RequireConstrained (the default);
 //   - `impersonate-on:serviceaccount:<verb>`: Allow iff verb is one a sync
-//     uses and the request is inside one of its projects: a namespace that
-//     is a destination, the Namespace object of a destination namespace, a
-//     cluster-scoped kind the project's clusterResourceWhitelist permits,
-//     discovery (/api, /apis, /version and below), or creating a self review
-//     (SelfSubjectAccessReview, SelfSubjectRulesReview, SelfSubjectReview:
-//     the sync engine's preflight asks what the ServiceAccount may do);
+//     uses and the request stays inside one of its projects (decideAction);
 //   - everything else (users, groups, uids, userextras, the user-info and
 //     node modes): Deny.
-func (g *Gate) decideImpersonator(ix *impersonatorIndex, a authorizer.Attributes, kind impersonationKind, mode, onVerb string) (authorizer.Decision, string, error) {
+func (g *Gate) decideImpersonator(idx *gateIndex, ix *impersonatorIndex, a authorizer.Attributes, kind impersonationKind, mode, onVerb string) (authorizer.Decision, string, error) {
 	who := ix.cfg.UserName
 	switch kind {
 	case legacyImpersonate:
@@ -256,7 +348,7 @@ func (g *Gate) decideImpersonator(ix *impersonatorIndex, a authorizer.Attributes
 	if !syncVerbs[onVerb] {
 		return authorizer.DecisionDeny, fmt.Sprintf("deputy impersonation gate: verb %q is not one a sync uses (get, list, watch, create, update, patch, delete)", onVerb), nil
 	}
-	return ix.decideAction(a, onVerb)
+	return g.decideAction(idx, ix, a, onVerb)
 }
 
 func describeTarget(a authorizer.Attributes) string {
@@ -293,7 +385,7 @@ func (ix *impersonatorIndex) decideServiceAccount(ns, name string) (authorizer.D
 	for _, list := range [2][]int{exact, wild} {
 		for _, pi := range list {
 			p := &ix.projects[pi]
-			if i, ok := p.compiled.DerivesServiceAccount(ix.cfg.ClusterServer, ns, name, ix.isAppNamespace); ok {
+			if i, ok := p.compiled.DerivesServiceAccount(ix.cfg.ClusterServer, ns, name, p.isAppNamespace); ok {
 				return authorizer.DecisionAllow, fmt.Sprintf("deputy impersonation gate: %s destinationServiceAccounts[%d] derives %s for %s", p.ref, i, target, ix.cfg.ClusterServer), nil
 			}
 		}
@@ -353,7 +445,30 @@ func discovery(path string) bool {
 	return false
 }
 
-func (ix *impersonatorIndex) decideAction(a authorizer.Attributes, verb string) (authorizer.Decision, string, error) {
+// decideAction answers `impersonate-on:serviceaccount:<verb>`: what the
+// impersonated ServiceAccount may do is capped to what the impersonator's
+// projects permit (the union of its projects: kube-apiserver's check names
+// the request, not which ServiceAccount is impersonated; the ServiceAccount's
+// own RBAC narrows it further). Allowed are:
+//   - discovery (/api, /apis, /version, /openapi and below);
+//   - creating a self review (SelfSubjectAccessReview, SelfSubjectRulesReview,
+//     SelfSubjectReview: the sync engine's preflight asks what the
+//     ServiceAccount may do);
+//   - a subresource only when the allow-list (GateOptions.Subresources)
+//     names it for the verb, and then as its resource below;
+//   - a namespaced resource in a namespace that is a destination of a project
+//     whose namespaced white- and blacklists permit its kind; across all
+//     namespaces (no namespace) only when one project's destinations are
+//     every namespace;
+//   - a cluster-scoped resource (the Namespace object included, for every
+//     verb) that a project with a destination on this cluster permits by its
+//     clusterResourceWhitelist/Blacklist, names honoured.
+//
+// The scope of a resource comes from the resource catalog (cluster mode: the
+// cluster's discovery; file mode: built-in kinds and the policy's
+// CustomResourceDefinitions). A request without a namespace for a resource
+// the catalog does not know is denied: its scope cannot be told.
+func (g *Gate) decideAction(idx *gateIndex, ix *impersonatorIndex, a authorizer.Attributes, verb string) (authorizer.Decision, string, error) {
 	who := ix.cfg.UserName
 	if !a.IsResourceRequest() {
 		if discovery(a.GetPath()) {
@@ -361,45 +476,117 @@ func (ix *impersonatorIndex) decideAction(a authorizer.Attributes, verb string) 
 		}
 		return authorizer.DecisionDeny, fmt.Sprintf("deputy impersonation gate: %s may reach only discovery (/api, /apis, /version, /openapi) as a ServiceAccount, not %s", who, a.GetPath()), nil
 	}
-	if verb == "create" && selfReview(a.GetAPIGroup(), a.GetResource()) {
+	group, resource, sub := a.GetAPIGroup(), a.GetResource(), a.GetSubresource()
+	if verb == "create" && sub == "" && selfReview(group, resource) {
 		// A ServiceAccount asking about its own permissions (the sync
 		// engine's preflight) learns nothing about anyone else.
 		return authorizer.DecisionAllow, "deputy impersonation gate: self reviews are allowed to sync identities", nil
 	}
-	ns := a.GetNamespace()
+	if sub != "" && !g.subresourceAllowed(resource, sub, verb) {
+		return authorizer.DecisionDeny, fmt.Sprintf("deputy impersonation gate: sync identities may not %s subresource %s/%s: it is not on the allow-list (authorization.impersonation.subresources)", verb, resource, sub), nil
+	}
+	ns, name := a.GetNamespace(), a.GetName()
+	info, known := idx.lookupResource(group, resource)
 	server, cluster := ix.cfg.ClusterServer, ix.cfg.ClusterName
-	if ns != "" {
-		if ref, ok := ix.destinationOf(server, cluster, ns); ok {
-			return authorizer.DecisionAllow, fmt.Sprintf("deputy impersonation gate: namespace %q is a destination of %s", ns, ref), nil
+	switch {
+	case !known && ns == "":
+		g.refreshResources()
+		return authorizer.DecisionDeny, fmt.Sprintf("deputy impersonation gate: cannot tell whether %s is namespaced (the cluster does not serve it, or it is not a built-in kind or a CustomResourceDefinition of the policy), so a request without a namespace is denied", describeKind(group, resource, "")), nil
+	case known && !info.Namespaced:
+		// A cluster-scoped object. kube-apiserver puts a Namespace object's
+		// own name in the namespace of requests on it: that is this case too.
+		return ix.decideClusterScoped(group, info.Kind, name, describeKind(group, resource, info.Kind))
+	case ns == "":
+		for i := range ix.projects {
+			p := &ix.projects[i]
+			if p.compiled.AllNamespacesPermitted(server, cluster) {
+				if ok, _ := namespacedKindPermitted(p, group, info.Kind); ok {
+					return authorizer.DecisionAllow, fmt.Sprintf("deputy impersonation gate: every namespace is a destination of %s, which permits %s", p.ref, describeKind(group, resource, info.Kind)), nil
+				}
+			}
 		}
-		return authorizer.DecisionDeny, fmt.Sprintf("deputy impersonation gate: namespace %q is not a destination of any AppProject of %s on %s", ns, who, server), nil
+		return authorizer.DecisionDeny, fmt.Sprintf("deputy impersonation gate: %s across all namespaces needs an AppProject of %s whose destinations are every namespace on %s; none is", describeKind(group, resource, info.Kind), who, server), nil
 	}
-	group, resource, name := a.GetAPIGroup(), a.GetResource(), a.GetName()
-	if group == "" && resource == "namespaces" && name != "" && a.GetSubresource() == "" {
-		if ref, ok := ix.destinationOf(server, cluster, name); ok {
-			return authorizer.DecisionAllow, fmt.Sprintf("deputy impersonation gate: namespace %q is a destination of %s", name, ref), nil
-		}
-	}
-	kind := kindFor(group, resource)
-	for i := range ix.projects {
-		p := &ix.projects[i]
-		if clusterKindPermitted(p, group, resource, kind) {
-			return authorizer.DecisionAllow, fmt.Sprintf("deputy impersonation gate: %s permits cluster-scoped %s", p.ref, describeKind(group, resource, kind)), nil
-		}
-	}
-	return authorizer.DecisionDeny, fmt.Sprintf("deputy impersonation gate: no AppProject of %s permits cluster-scoped %s (clusterResourceWhitelist)", who, describeKind(group, resource, kind)), nil
-}
-
-// destinationOf finds a project that permits namespace ns as a destination.
-func (ix *impersonatorIndex) destinationOf(server, cluster, ns string) (string, bool) {
+	refused := ""
 	for _, list := range [2][]int{ix.destLiteral[ns], ix.destPattern} {
 		for _, i := range list {
-			if ix.projects[i].compiled.DestinationPermitted(server, cluster, ns) {
-				return ix.projects[i].ref, true
+			p := &ix.projects[i]
+			if !p.compiled.DestinationPermitted(server, cluster, ns) {
+				continue
+			}
+			ok, entry := namespacedKindPermitted(p, group, info.Kind)
+			if ok {
+				return authorizer.DecisionAllow, fmt.Sprintf("deputy impersonation gate: namespace %q is a destination of %s", ns, p.ref), nil
+			}
+			if refused == "" {
+				refused = fmt.Sprintf("; namespace %q is a destination of %s, whose spec refuses %s: %s", ns, p.ref, describeKind(group, resource, info.Kind), entry)
 			}
 		}
 	}
-	return "", false
+	if refused != "" {
+		return authorizer.DecisionDeny, "deputy impersonation gate: no AppProject of " + who + " permits " + describeKind(group, resource, info.Kind) + " in namespace " + strconv.Quote(ns) + refused, nil
+	}
+	return authorizer.DecisionDeny, fmt.Sprintf("deputy impersonation gate: namespace %q is not a destination of any AppProject of %s on %s", ns, who, server), nil
+}
+
+// decideClusterScoped answers a cluster-scoped object (name "" for every
+// object of the kind): a project with a destination on this cluster must
+// permit it (policy.ResourcePermitted); the reason names the deciding entry.
+func (ix *impersonatorIndex) decideClusterScoped(group, kind, name, what string) (authorizer.Decision, string, error) {
+	server, cluster := ix.cfg.ClusterServer, ix.cfg.ClusterName
+	target := what
+	if name != "" {
+		target += fmt.Sprintf(" %q", name)
+	}
+	closest := ""
+	for i := range ix.projects {
+		p := &ix.projects[i]
+		if !p.compiled.HasDestinationOn(server, cluster) {
+			continue
+		}
+		perm := policy.ResourcePermitted(p.project.Object, group, kind, name, false)
+		if perm.Permitted {
+			return authorizer.DecisionAllow, fmt.Sprintf("deputy impersonation gate: %s permits cluster-scoped %s (%s)", p.ref, target, perm.Entry), nil
+		}
+		if closest == "" || strings.Contains(perm.Entry, "Blacklist") {
+			closest = fmt.Sprintf("; %s: %s", p.ref, perm.Entry)
+		}
+	}
+	return authorizer.DecisionDeny, fmt.Sprintf("deputy impersonation gate: no AppProject of %s permits cluster-scoped %s (clusterResourceWhitelist)%s", ix.cfg.UserName, target, closest), nil
+}
+
+// namespacedKindPermitted applies the project's namespaced white- and
+// blacklists. An unknown kind (a resource the catalog does not know, asked
+// in a namespace) passes only a project that has neither list.
+func namespacedKindPermitted(p *gateProject, group, kind string) (bool, string) {
+	spec := &p.project.Object.Spec
+	if kind == "" {
+		if spec.NamespaceResourceWhitelist == nil && len(spec.NamespaceResourceBlacklist) == 0 {
+			return true, ""
+		}
+		return false, "its namespaced lists name kinds, and the kind of this resource is not known"
+	}
+	perm := policy.ResourcePermitted(p.project.Object, group, kind, "", true)
+	return perm.Permitted, perm.Entry
+}
+
+// subresourceAllowed applies the subresource allow-list.
+func (g *Gate) subresourceAllowed(resource, sub, verb string) bool {
+	return g.subresources[resource+"/"+sub][verb] || g.subresources["*/"+sub][verb]
+}
+
+// refreshResources asks for a new resource catalog, at most once per
+// resourceRefreshInterval.
+func (g *Gate) refreshResources() {
+	if g.opts.RefreshResources == nil {
+		return
+	}
+	now := time.Now().UnixNano()
+	last := g.lastRefresh.Load()
+	if now-last < int64(resourceRefreshInterval) || !g.lastRefresh.CompareAndSwap(last, now) {
+		return
+	}
+	g.opts.RefreshResources()
 }
 
 func describeKind(group, resource, kind string) string {
@@ -465,6 +652,14 @@ type gateIndex struct {
 	fileRBAC      *policy.RBAC
 	clusterRBAC   *policy.RBAC
 	impersonators map[string]*impersonatorIndex
+	// resources is the catalog requests without a namespace are decided by:
+	// the cluster's (discovery) in cluster mode, over the file snapshot's
+	// (built-in kinds and the policy's CustomResourceDefinitions).
+	resources *policy.ResourceCatalog
+}
+
+func (idx *gateIndex) lookupResource(group, resource string) (policy.ResourceInfo, bool) {
+	return idx.resources.Lookup(group, resource)
 }
 
 type impersonatorIndex struct {
@@ -486,12 +681,16 @@ type impersonatorIndex struct {
 	destPattern []int
 }
 
-func (ix *impersonatorIndex) isAppNamespace(ns string) bool { return ix.appNS[ns] }
-
 type gateProject struct {
 	ref      string // `AppProject argoproj.io argocd/guestbook`
 	project  *policy.Project
 	compiled *policy.CompiledProject
+	// isAppNamespace reports whether an Application of this project, synced
+	// by this impersonator, can live in a namespace: one of the
+	// impersonator's ApplicationNamespaces that the project admits (its own
+	// namespace, or spec.sourceNamespaces). It is where a destination
+	// without a namespace derives a bare-name ServiceAccount.
+	isAppNamespace func(string) bool
 }
 
 // currentIndex returns the index for the current snapshot and cluster state,
@@ -521,10 +720,12 @@ func (g *Gate) buildIndex(file *policy.Snapshot, cluster *policy.ClusterState) *
 	var projects []policy.Project
 	if file != nil {
 		idx.fileRBAC = file.RBAC
+		idx.resources = file.Resources
 		projects = append(projects, file.Projects...)
 	}
 	if cluster != nil {
 		idx.clusterRBAC = cluster.RBAC
+		idx.resources = idx.resources.Merge(cluster.Resources)
 		projects = append(projects, cluster.Projects...)
 	}
 	compiled := make([]*policy.CompiledProject, len(projects))
@@ -543,10 +744,12 @@ func (g *Gate) buildIndex(file *policy.Snapshot, cluster *policy.ClusterState) *
 				continue
 			}
 			n := len(ix.projects)
+			c := compiled[j]
 			ix.projects = append(ix.projects, gateProject{
-				ref:      fmt.Sprintf("AppProject %s %s/%s", p.Group, p.Object.Namespace, p.Object.Name),
-				project:  p,
-				compiled: compiled[j],
+				ref:            fmt.Sprintf("AppProject %s %s/%s", p.Group, p.Object.Namespace, p.Object.Name),
+				project:        p,
+				compiled:       c,
+				isAppNamespace: func(ns string) bool { return ix.appNS[ns] && c.AppNamespacePermitted(ns) },
 			})
 			literals, patterns := compiled[j].DestinationNamespaceIndex()
 			for _, ns := range literals {
@@ -582,16 +785,24 @@ func (g *Gate) Refresh() { g.currentIndex() }
 // Errors: an impersonator without a valid identity.
 func GateOptionsFrom(im config.Impersonation) (GateOptions, error) {
 	config.SetImpersonationDefaults(&im)
-	o := GateOptions{Strict: *im.Strict, RequireConstrained: im.RequireConstrained}
+	o := GateOptions{Strict: *im.Strict, RequireConstrained: *im.RequireConstrained}
 	for i, p := range im.Impersonators {
 		name, err := p.UserName()
 		if err != nil {
 			return GateOptions{}, fmt.Errorf("authorization.impersonation.impersonators[%d]: %w", i, err)
 		}
+		namespaces := p.Projects.Namespaces
+		if slices.Contains(namespaces, "*") {
+			namespaces = nil // every namespace
+		}
 		o.Impersonators = append(o.Impersonators, Impersonator{
 			UserName: name, ClusterServer: p.ClusterServer, ClusterName: p.ClusterName,
-			APIGroups: p.Projects.APIGroups, Namespaces: p.Projects.Namespaces, ApplicationNamespaces: p.ApplicationNamespaces,
+			APIGroups: p.Projects.APIGroups, Namespaces: namespaces, ApplicationNamespaces: p.ApplicationNamespaces,
 		})
+	}
+	for _, r := range im.Subresources {
+		res, sub, _ := strings.Cut(r.Resource, "/")
+		o.Subresources = append(o.Subresources, SubresourceRule{Resource: res, Subresource: sub, Verbs: r.Verbs})
 	}
 	for _, s := range im.Exempt {
 		switch {

@@ -166,9 +166,14 @@ func TestGateDerivesExactlyTheProjectsServiceAccounts(t *testing.T) {
 		},
 		{
 			name:    "an empty destination namespace derives the bare name in the Application's namespace",
-			spec:    "  destinationServiceAccounts:\n  - {server: '*', namespace: '', defaultServiceAccount: app-deployer}\n",
+			spec:    "  sourceNamespaces: [argocd-apps]\n  destinationServiceAccounts:\n  - {server: '*', namespace: '', defaultServiceAccount: app-deployer}\n",
 			allowed: [][2]string{{"argocd-apps", "app-deployer"}},
 			denied:  [][2]string{{"guestbook", "app-deployer"}},
+		},
+		{
+			name:   "an Application namespace the project's sourceNamespaces do not admit derives nothing",
+			spec:   "  destinationServiceAccounts:\n  - {server: '*', namespace: '', defaultServiceAccount: app-deployer}\n",
+			denied: [][2]string{{"argocd-apps", "app-deployer"}},
 		},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
@@ -189,12 +194,26 @@ func TestGateDerivesExactlyTheProjectsServiceAccounts(t *testing.T) {
 	}
 }
 
+// widgetCRD defines the cluster-scoped widgets.example.com for file mode's
+// resource catalog.
+const widgetCRD = `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.example.com}
+spec:
+  group: example.com
+  scope: Cluster
+  names: {plural: widgets, singular: widget, kind: Widget, listKind: WidgetList}
+  versions:
+  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
+---
+`
+
 const guestbookProject = "  destinations:\n  - {server: https://kubernetes.default.svc, namespace: guestbook}\n  - {server: https://kubernetes.default.svc, namespace: 'guestbook-*'}\n" +
 	"  destinationServiceAccounts:\n  - {server: https://kubernetes.default.svc, namespace: guestbook, defaultServiceAccount: guestbook-deployer}\n"
 
 func TestGateScopesTheActionsOfTheSyncIdentity(t *testing.T) {
 	g := newTestGate(t, loadSnapshot(t, project("guestbook", guestbookProject)+
-		project("infra", "  destinations:\n  - {server: '*', namespace: infra}\n  clusterResourceWhitelist:\n  - {group: rbac.authorization.k8s.io, kind: ClusterRole}\n  - {group: example.com, kind: Widget}\n")), nil)
+		project("infra", "  destinations:\n  - {server: '*', namespace: infra}\n  clusterResourceWhitelist:\n  - {group: rbac.authorization.k8s.io, kind: ClusterRole}\n  - {group: example.com, kind: Widget}\n")+widgetCRD), nil)
 	runGateCases(t, g, []gateCase{
 		{"listing pods in a destination namespace is allowed", on(syncSA, "list", "", "pods", "guestbook", ""), authorizer.DecisionAllow, `namespace "guestbook" is a destination of AppProject argoproj.io argocd/guestbook`},
 		{"patching a deployment in a wildcard destination is allowed", on(syncSA, "patch", "apps", "deployments", "guestbook-dev", "web"), authorizer.DecisionAllow, "guestbook-dev"},
@@ -206,12 +225,13 @@ func TestGateScopesTheActionsOfTheSyncIdentity(t *testing.T) {
 		{"the version endpoint is allowed", onPath(syncSA, "/version"), authorizer.DecisionAllow, "discovery"},
 		{"other non-resource paths are denied", onPath(syncSA, "/metrics"), authorizer.DecisionDeny, "only discovery"},
 		{"a prefix that only looks like discovery is denied", onPath(syncSA, "/apisx"), authorizer.DecisionDeny, "only discovery"},
-		{"the Namespace object of a destination may be read", on(syncSA, "get", "", "namespaces", "", "guestbook"), authorizer.DecisionAllow, `namespace "guestbook" is a destination`},
+		{"the Namespace object of a destination needs the whitelist like any cluster-scoped object", on(syncSA, "get", "", "namespaces", "guestbook", "guestbook"), authorizer.DecisionDeny, "clusterResourceWhitelist"},
 		{"another Namespace object may not be read", on(syncSA, "get", "", "namespaces", "", "kube-system"), authorizer.DecisionDeny, "clusterResourceWhitelist"},
 		{"a whitelisted cluster-scoped kind is allowed", on(syncSA, "create", "rbac.authorization.k8s.io", "clusterroles", "", ""), authorizer.DecisionAllow, "permits cluster-scoped ClusterRole.rbac.authorization.k8s.io"},
-		{"a whitelisted custom kind is recognised by its plural", on(syncSA, "patch", "example.com", "widgets", "", "w"), authorizer.DecisionAllow, "widgets.example.com"},
+		{"a whitelisted custom kind of a CustomResourceDefinition in the policy is allowed", on(syncSA, "patch", "example.com", "widgets", "", "w"), authorizer.DecisionAllow, `Widget.example.com "w"`},
+		{"a resource of no known definition is denied without a namespace", on(syncSA, "patch", "example.com", "gadgets", "", "g"), authorizer.DecisionDeny, "cannot tell whether gadgets.example.com is namespaced"},
 		{"a cluster-scoped kind outside the whitelist is denied", on(syncSA, "create", "rbac.authorization.k8s.io", "clusterrolebindings", "", ""), authorizer.DecisionDeny, "clusterResourceWhitelist"},
-		{"listing pods across all namespaces is denied", on(syncSA, "list", "", "pods", "", ""), authorizer.DecisionDeny, "cluster-scoped Pod"},
+		{"listing pods across all namespaces is denied", on(syncSA, "list", "", "pods", "", ""), authorizer.DecisionDeny, "Pod across all namespaces needs an AppProject"},
 		{"a self access review (preflight) is allowed", on(syncSA, "create", "authorization.k8s.io", "selfsubjectaccessreviews", "", ""), authorizer.DecisionAllow, "self reviews"},
 		{"a self review is allowed", on(syncSA, "create", "authentication.k8s.io", "selfsubjectreviews", "", ""), authorizer.DecisionAllow, "self reviews"},
 		{"a subject access review about others is denied", on(syncSA, "create", "authorization.k8s.io", "subjectaccessreviews", "", ""), authorizer.DecisionDeny, "clusterResourceWhitelist"},
@@ -346,7 +366,7 @@ func TestGateStrictModeCountsOnlyRulesNamingTheTarget(t *testing.T) {
 		{"impersonating a protected group is denied", &authorizer.AttributesRecord{User: &user.DefaultInfo{Name: "dave"}, Verb: "impersonate", Resource: "groups", Name: "system:masters", ResourceRequest: true}, authorizer.DecisionDeny, "protected target"},
 		{"impersonating a protected user is denied", &authorizer.AttributesRecord{User: &user.DefaultInfo{Name: "dave"}, Verb: "impersonate", Resource: "users", Name: "system:kube-scheduler", ResourceRequest: true}, authorizer.DecisionDeny, "protected target"},
 		{"an exempt group is left to RBAC", legacySA("root", "team-a", "deployer"), authorizer.DecisionDeny, "strict"},
-		{"a rule with resourceNames [*] does not cover the wildcard group check", &authorizer.AttributesRecord{User: &user.DefaultInfo{Name: "frank"}, Verb: "impersonate:user-info", APIGroup: "authentication.k8s.io", Resource: "groups", Name: "*", ResourceRequest: true}, authorizer.DecisionDeny, "strict"},
+		{"a rule with resourceNames [*] does not cover the wildcard group check", &authorizer.AttributesRecord{User: &user.DefaultInfo{Name: "frank"}, Verb: "impersonate:user-info", APIGroup: "authentication.k8s.io", Resource: "groups", Name: "*", ResourceRequest: true}, authorizer.DecisionDeny, "includes protected targets"},
 	})
 	masters := legacySA("root", "team-a", "deployer")
 	masters.User = &user.DefaultInfo{Name: "root", Groups: []string{"system:masters"}}

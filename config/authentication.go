@@ -72,8 +72,8 @@ func (j *JWTAuthenticator) Internal() (apiserver.JWTAuthenticator, error) {
 // ProjectTokens configures deputy's project tokens: ES256 JWTs that deputy
 // signs for a role of a deputy.dev AppProject (`deputy token create --project
 // NAMESPACE/NAME --role R --ttl D`), user deputy:project:NAMESPACE/NAME:R with
-// the role's groups. They are enabled when a signing key or a verification key
-// is configured.
+// the single group deputy:project:NAMESPACE/NAME (never the role's groups).
+// They are enabled when a signing key or a verification key is configured.
 type ProjectTokens struct {
 	// Issuer is the tokens' iss claim. Default deputy.dev/project-tokens. No
 	// jwt authenticator may use it.

@@ -64,8 +64,10 @@ type Sync struct {
 	// each. Default: none in file mode; in cluster mode the cluster deputy
 	// reads, as "in-cluster" at https://kubernetes.default.svc.
 	Clusters []SyncCluster `json:"clusters,omitempty"`
-	// Repositories are credentials for Git repositories, chosen by the
-	// longest URL prefix that matches an Application's repoURL.
+	// Repositories are credentials for Git repositories: one applies when
+	// its URL's scheme, host and port equal the Application's repoURL's and
+	// the repoURL's path is its path or below it on a '/' boundary; the
+	// longest path wins (docs/configuration.md).
 	Repositories []RepositoryCredentials `json:"repositories,omitempty"`
 	// CacheDir holds the Git clones. Default .deputy/repos.
 	CacheDir string `json:"cacheDir,omitempty"`
@@ -84,6 +86,16 @@ type Sync struct {
 	LeaderElection LeaderElection `json:"leaderElection,omitempty"`
 	// Webhook configures the Git push webhook POST /api/webhook.
 	Webhook GitWebhook `json:"webhook,omitempty"`
+	// ProjectNamespaces are where the AppProjects of deputy's Applications
+	// live (Argo CD's control-plane namespace). Default: deputy's own
+	// namespace (OwnNamespace). An Application outside them may use a project
+	// only when the project's spec.sourceNamespaces admits its namespace.
+	// ["*"] makes every namespace a project namespace (whoever may write an
+	// AppProject anywhere then decides what its Applications may do).
+	ProjectNamespaces []string `json:"projectNamespaces,omitempty"`
+	// SyncSources (localRepositories, kustomize, limits) bound what an
+	// Application's source may make deputy read.
+	SyncSources `json:",inline"`
 }
 
 // SyncImpersonation are Argo CD's impersonation settings.
@@ -117,11 +129,14 @@ type SyncCluster struct {
 	InCluster bool `json:"inCluster,omitempty"`
 }
 
-// RepositoryCredentials are the credentials of the Git repositories whose URL
-// starts with URL: username and password from two files, or from a Secret
-// (keys username and password). Set one of the two.
+// RepositoryCredentials are the credentials of the Git repositories URL
+// covers (same scheme, host and port; path equal or below on a '/'
+// boundary): username and password from two files, or from a Secret (keys
+// username and password). Set one of the two.
 type RepositoryCredentials struct {
-	// URL is a repository URL prefix, e.g. https://github.com/example/.
+	// URL is an https:// repository URL or path prefix, e.g.
+	// https://github.com/example (covers https://github.com/example/app.git,
+	// not https://github.com/example-evil/app.git).
 	URL string `json:"url"`
 	// UsernameFile and PasswordFile are files holding the username and the
 	// password or token (trailing newlines are ignored); re-read for every
@@ -211,10 +226,17 @@ type Impersonation struct {
 	// rules that name the target in resourceNames; otherwise deputy denies, so
 	// kube-apiserver's RBAC cannot allow it afterwards.
 	Strict *bool `json:"strict,omitempty"`
-	// RequireConstrained denies legacy `impersonate` to impersonators, so the
-	// per-action checks of constrained impersonation (kube-apiserver >= 1.36)
-	// cannot be bypassed.
-	RequireConstrained bool `json:"requireConstrained,omitempty"`
+	// RequireConstrained (default true) denies legacy `impersonate` to
+	// impersonators, so the per-action checks of constrained impersonation
+	// (kube-apiserver >= 1.35) cannot be bypassed. false is an opt-in for
+	// apiservers before 1.35 that gives up the per-action caps: legacy
+	// impersonation lets the ServiceAccount do whatever its RBAC allows,
+	// anywhere.
+	RequireConstrained *bool `json:"requireConstrained,omitempty"`
+	// Subresources is the allow-list of subresources sync identities may use
+	// in their projects' destinations. Default: read-only status, scale and
+	// pods/log (see DefaultGateSubresources).
+	Subresources []GateSubresource `json:"subresources,omitempty"`
 	// Exempt subjects are left to RBAC entirely. Default: group system:masters.
 	Exempt []Subject `json:"exempt,omitempty"`
 	// ProtectedTargets can never be impersonated through deputy.
@@ -248,7 +270,9 @@ type Impersonator struct {
 type ProjectSource struct {
 	// APIGroups: argoproj.io and/or deputy.dev. Default [deputy.dev].
 	APIGroups []string `json:"apiGroups,omitempty"`
-	// Namespaces the AppProjects live in; empty means every namespace.
+	// Namespaces the AppProjects live in. Default: deputy's own namespace
+	// (OwnNamespace). ["*"] reads every namespace, which lets whoever may
+	// write an AppProject anywhere grant impersonation.
 	Namespaces []string `json:"namespaces,omitempty"`
 }
 
@@ -352,6 +376,9 @@ func SetDefaults(c *DeputyConfiguration) {
 		c.Logging.Format = "text"
 	}
 	SetSyncDefaults(&c.Sync, c.Cluster)
+	if len(c.Sync.ProjectNamespaces) == 0 {
+		c.Sync.ProjectNamespaces = []string{OwnNamespace()}
+	}
 	SetControllerDefaults(&c.Sync)
 	SetAPIDefaults(&c.API)
 }
@@ -371,6 +398,7 @@ func SetSyncDefaults(s *Sync, cluster Cluster) {
 	if s.Parallelism == 0 {
 		s.Parallelism = DefaultSyncParallelism
 	}
+	SetSyncSourcesDefaults(&s.SyncSources)
 	if len(s.Clusters) == 0 && (cluster.Kubeconfig != "" || cluster.InCluster) {
 		s.Clusters = []SyncCluster{{Name: DefaultSyncClusterName, Server: DefaultClusterServer,
 			Kubeconfig: cluster.Kubeconfig, Context: cluster.Context, InCluster: cluster.InCluster}}
@@ -394,7 +422,11 @@ func SetImpersonationDefaults(im *Impersonation) {
 		if len(p.Projects.APIGroups) == 0 {
 			p.Projects.APIGroups = []string{"deputy.dev"}
 		}
+		if len(p.Projects.Namespaces) == 0 {
+			p.Projects.Namespaces = []string{OwnNamespace()}
+		}
 	}
+	setGateDefaults(im)
 	if im.Strict == nil {
 		t := true
 		im.Strict = &t
@@ -516,7 +548,9 @@ func Validate(c *DeputyConfiguration) field.ErrorList {
 		errs = append(errs, field.NotSupported(field.NewPath("logging", "format"), c.Logging.Format, []string{"text", "json"}))
 	}
 	errs = append(errs, validateSync(&c.Sync, c.Cluster, field.NewPath("sync"))...)
+	errs = append(errs, validateSyncSources(c, field.NewPath("sync"))...)
 	errs = append(errs, validateController(&c.Sync, c.Cluster, field.NewPath("sync"))...)
+	errs = append(errs, validateNamespaceList(c.Sync.ProjectNamespaces, field.NewPath("sync", "projectNamespaces"))...)
 	errs = append(errs, validateAPI(&c.API, c.Cluster, field.NewPath("api"))...)
 	return errs
 }
@@ -576,6 +610,7 @@ func validateImpersonation(im *Impersonation, fld *field.Path) field.ErrorList {
 	default:
 		errs = append(errs, field.NotSupported(fld.Child("gateRBAC"), im.GateRBAC, []string{"Warn", "Deny"}))
 	}
+	errs = append(errs, validateGate(im, fld)...)
 	return errs
 }
 
@@ -647,8 +682,10 @@ func validateSync(s *Sync, cluster Cluster, fld *field.Path) field.ErrorList {
 	prefixes := map[string]int{}
 	for i, r := range s.Repositories {
 		f := fld.Child("repositories").Index(i)
-		if u, err := url.Parse(r.URL); r.URL == "" || err != nil || u.Scheme == "" || (u.Host == "" && u.Scheme != "file") {
-			errs = append(errs, field.Invalid(f.Child("url"), r.URL, "must be a repository URL prefix, e.g. https://github.com/example/"))
+		// The URL's syntax is checked with the matching rule
+		// (credentialURLProblem, in validateSyncSources).
+		if r.URL == "" {
+			errs = append(errs, field.Invalid(f.Child("url"), r.URL, "must be a repository URL or path prefix, e.g. https://github.com/example/"))
 		} else if j, dup := prefixes[r.URL]; dup {
 			errs = append(errs, field.Duplicate(f.Child("url"), fmt.Sprintf("%s (also repositories[%d])", r.URL, j)))
 		} else {

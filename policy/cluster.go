@@ -27,7 +27,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	kjson "sigs.k8s.io/json"
 
 	"deputy.dev/deputy/policy/v1alpha1"
 )
@@ -146,10 +145,11 @@ type ClusterSource struct {
 	everSynced  bool                        // rebuild goroutine only
 	conversions map[string]convertedProject // rebuild goroutine only
 
-	mu       sync.Mutex // guards the fields below
-	groups   []*projectGroup
-	failures map[string]failure
-	status   ClusterStatus
+	mu        sync.Mutex       // guards the fields below
+	resources *ResourceCatalog // built-in resources plus the last discovery
+	groups    []*projectGroup
+	failures  map[string]failure
+	status    ClusterStatus
 }
 
 type groupState int
@@ -249,6 +249,7 @@ func NewClusterSourceForClients(c ClusterClients, opts ClusterSourceOptions) (*C
 		rediscover:        make(chan struct{}, 1),
 		conversions:       map[string]convertedProject{},
 		failures:          map[string]failure{},
+		resources:         BuiltinResources(),
 	}
 	for _, gvr := range AppProjectResources {
 		s.groups = append(s.groups, &projectGroup{gvr: gvr})
@@ -297,7 +298,7 @@ func (s *ClusterSource) Run(ctx context.Context) error {
 	if !s.started.CompareAndSwap(false, true) {
 		return errors.New("cluster source: Run called twice")
 	}
-	s.swap(&ClusterState{RBAC: emptyRBAC()})
+	s.swap(&ClusterState{RBAC: emptyRBAC(), Resources: BuiltinResources()})
 
 	// Deferred in reverse: the goroutines below end with ctx, then the
 	// AppProject informers (which only the discovery goroutine starts) stop,
@@ -391,7 +392,10 @@ func (s *ClusterSource) rebuild() {
 	}
 	projects, skipped := s.projects(groups)
 	first := !s.current.Load().Synced
-	s.swap(&ClusterState{RBAC: rbac, Projects: projects, Synced: true})
+	s.mu.Lock()
+	resources := s.resources
+	s.mu.Unlock()
+	s.swap(&ClusterState{RBAC: rbac, Projects: projects, Synced: true, Resources: resources})
 
 	roles, clusterRoles, rbs, crbs := rbac.Counts()
 	s.mu.Lock()
@@ -504,30 +508,21 @@ func (s *ClusterSource) projects(groups []groupView) ([]Project, int) {
 	return projects, skipped
 }
 
-// appProjectFromUnstructured decodes an AppProject as the file loader does:
-// argoproj.io leniently (Argo CD's type has many fields deputy does not read),
-// deputy.dev strictly; then validates it.
+// appProjectFromUnstructured decodes an AppProject as the file loader does
+// (DecodeAppProject), then validates it.
 func appProjectFromUnstructured(group string, u *unstructured.Unstructured) (*v1alpha1.AppProject, error) {
 	data, err := u.MarshalJSON()
 	if err != nil {
 		return nil, err
 	}
-	var p v1alpha1.AppProject
-	if group == v1alpha1.Group {
-		strictErrs, err := kjson.UnmarshalStrict(data, &p, kjson.DisallowUnknownFields)
-		if err != nil {
-			return nil, err
-		}
-		if len(strictErrs) > 0 {
-			return nil, errors.Join(strictErrs...)
-		}
-	} else if err := kjson.UnmarshalCaseSensitivePreserveInts(data, &p); err != nil {
+	p, err := DecodeAppProject(group, data)
+	if err != nil {
 		return nil, err
 	}
-	if errs, _ := ValidateAppProject(&p); len(errs) > 0 {
+	if errs, _ := ValidateAppProject(p); len(errs) > 0 {
 		return nil, errs.ToAggregate()
 	}
-	return &p, nil
+	return p, nil
 }
 
 // storeList returns the objects of an informer's store.
@@ -712,10 +707,54 @@ func (s *ClusterSource) discoveryLoop(ctx context.Context) {
 	}
 }
 
+// RefreshResources asks for a discovery of the cluster's resources now
+// (the impersonation gate calls it when a request names a resource it does
+// not know, such as a custom resource whose definition was just created). It
+// never blocks; requests made while one is pending coalesce.
+func (s *ClusterSource) RefreshResources() {
+	select {
+	case s.rediscover <- struct{}{}:
+	default:
+	}
+}
+
+// discoverResources reads every served resource's kind and scope into the
+// catalog, and asks for a rebuild when it changed. A partial answer (an
+// aggregated API that is down) keeps what the last catalog knew of the
+// groups that failed.
+func (s *ClusterSource) discoverResources(ctx context.Context) {
+	_, lists, err := s.clients.Discovery.ServerGroupsAndResourcesWithContext(ctx)
+	if ctx.Err() != nil {
+		return
+	}
+	if err != nil && len(lists) == 0 {
+		s.setFailure("discovery of resources", fmt.Errorf("failed to discover the cluster's resources: %w", err))
+		s.log.Error("cannot discover the cluster's resources; the impersonation gate keeps the resources it knew", "error", err.Error())
+		return
+	}
+	s.setFailure("discovery of resources", nil)
+	if err != nil {
+		s.log.Warn("discovery of the cluster's resources was partial; keeping what was known of the groups that failed", "error", err.Error())
+	}
+	s.mu.Lock()
+	prev := s.resources
+	next := BuiltinResources().Merge(CatalogFromDiscovery(lists))
+	if err != nil {
+		next = prev.Merge(CatalogFromDiscovery(lists))
+	}
+	changed := !next.Equal(prev)
+	s.resources = next
+	s.mu.Unlock()
+	if changed {
+		s.kick()
+	}
+}
+
 // discover asks discovery about each AppProject resource and starts or stops
-// its informers accordingly. It reports whether every group's presence is
-// known.
+// its informers accordingly, and refreshes the resource catalog. It reports
+// whether every group's presence is known.
 func (s *ClusterSource) discover(ctx context.Context) bool {
+	s.discoverResources(ctx)
 	known := true
 	for i, gvr := range AppProjectResources {
 		g := s.groups[i]

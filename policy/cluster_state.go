@@ -12,4 +12,8 @@ type ClusterState struct {
 	// Synced is false until every informer has listed once; until then the
 	// impersonation gate denies impersonation (fail closed).
 	Synced bool
+	// Resources is the built-in resources plus what the cluster's discovery
+	// serves (custom resources, aggregated APIs): the scope and kind of every
+	// resource, for the impersonation gate.
+	Resources *ResourceCatalog
 }

@@ -54,6 +54,32 @@ func (d *clusterDiscovery) fail(err error) {
 	d.err = err
 }
 
+// ServerGroupsAndResourcesWithContext serves the installed AppProject
+// resources as the whole discovery (the resource catalog's input).
+func (d *clusterDiscovery) ServerGroupsAndResourcesWithContext(ctx context.Context) ([]*metav1.APIGroup, []*metav1.APIResourceList, error) {
+	d.mu.Lock()
+	var gvs []string
+	for gv, ok := range d.installed {
+		if ok {
+			gvs = append(gvs, gv)
+		}
+	}
+	err := d.err
+	d.mu.Unlock()
+	if err != nil {
+		return nil, nil, err
+	}
+	var lists []*metav1.APIResourceList
+	for _, gv := range gvs {
+		l, err := d.ServerResourcesForGroupVersionWithContext(ctx, gv)
+		if err != nil {
+			return nil, nil, err
+		}
+		lists = append(lists, l)
+	}
+	return nil, lists, nil
+}
+
 func (d *clusterDiscovery) ServerResourcesForGroupVersionWithContext(_ context.Context, gv string) (*metav1.APIResourceList, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()

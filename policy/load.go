@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -91,6 +92,12 @@ type Objects struct {
 	Projects     []Project
 	Applications []Application
 	Tokens       []TokenEntry
+	// CRDs are CustomResourceDefinitions, read only for their group, names
+	// and scope (the impersonation gate's resource catalog in file mode).
+	CRDs []*apiextensionsv1.CustomResourceDefinition
+	// FileObjects counts the objects (and tokens) each file contributed, by
+	// file name; a file that contributed none is absent.
+	FileObjects map[string]int
 }
 
 // Decode parses files into Objects. YAML files may hold many documents
@@ -101,14 +108,15 @@ type Objects struct {
 // and deputy.dev AppProjects and Applications are decoded strictly (unknown or
 // duplicate fields are errors, field names are case-sensitive) and validated
 // (RBAC objects as kube-apiserver would, Applications by
-// ValidateApplication); argoproj.io
-// AppProjects are decoded leniently because Argo CD's type has many fields deputy
-// does not read. .csv files are static token files (ParseTokenFile).
+// ValidateApplication); argoproj.io AppProjects are decoded strictly against
+// Argo CD's own type (DecodeAppProject). apiextensions.k8s.io/v1
+// CustomResourceDefinitions are read for their scope. .csv files are static
+// token files (ParseTokenFile).
 //
 // Errors: every problem found, each a *DocumentError, joined with errors.Join;
 // two objects with the same kind, namespace and name are an error naming both.
 func Decode(files []SourceFile) (*Objects, error) {
-	d := decoder{objs: &Objects{RBAC: RBACObjects{Sources: map[string]string{}}}, seen: map[string]string{}}
+	d := decoder{objs: &Objects{RBAC: RBACObjects{Sources: map[string]string{}}, FileObjects: map[string]int{}}, seen: map[string]string{}}
 	for _, f := range files {
 		switch FileFormat(f.Name) {
 		case formatTokens:
@@ -118,6 +126,9 @@ func Decode(files []SourceFile) (*Objects, error) {
 				continue
 			}
 			d.objs.Tokens = append(d.objs.Tokens, entries...)
+			if len(entries) > 0 {
+				d.objs.FileObjects[f.Name] += len(entries)
+			}
 		case formatObjects:
 			d.decodeFile(f)
 		default:
@@ -322,20 +333,28 @@ func (d *decoder) decodeObject(data []byte, loc DocumentError) {
 			})
 		}
 	case "deputy.dev/v1alpha1/AppProject", "argoproj.io/v1alpha1/AppProject":
-		var o v1alpha1.AppProject
 		group := strings.TrimSuffix(tm.APIVersion, "/v1alpha1")
-		ok := true
-		if group == v1alpha1.Group {
-			ok = d.strict(data, &o, loc)
-		} else if err := kjson.UnmarshalCaseSensitivePreserveInts(data, &o); err != nil {
+		o, err := DecodeAppProject(group, data)
+		if err != nil {
 			d.fail(loc, err)
-			ok = false
+			return
 		}
-		if ok {
-			errs, _ := ValidateAppProject(&o)
-			errs = append(errs, validateNamespaceName(o.Namespace, true, field.NewPath("metadata", "namespace"))...)
-			d.add(loc, group+"/AppProject", o.Namespace, o.Name, errs, func() {
-				d.objs.Projects = append(d.objs.Projects, Project{Group: group, Object: &o, Source: where})
+		errs, _ := ValidateAppProject(o)
+		errs = append(errs, validateNamespaceName(o.Namespace, true, field.NewPath("metadata", "namespace"))...)
+		d.add(loc, group+"/AppProject", o.Namespace, o.Name, errs, func() {
+			d.objs.Projects = append(d.objs.Projects, Project{Group: group, Object: o, Source: where})
+		})
+	case "apiextensions.k8s.io/v1/CustomResourceDefinition":
+		// Read for the impersonation gate's resource catalog (file mode):
+		// the scope of the custom resources the policy's projects name.
+		var o apiextensionsv1.CustomResourceDefinition
+		if d.strict(data, &o, loc) {
+			if err := validateCRDForCatalog(&o); err != nil {
+				d.fail(loc, err)
+				return
+			}
+			d.add(loc, "CustomResourceDefinition", "", o.Name, nil, func() {
+				d.objs.CRDs = append(d.objs.CRDs, &o)
 			})
 		}
 	case "deputy.dev/v1alpha1/Application":
@@ -348,7 +367,7 @@ func (d *decoder) decodeObject(data []byte, loc DocumentError) {
 	case "argoproj.io/v1alpha1/Application":
 		d.fail(loc, errors.New("an argoproj.io Application is Argo CD's: deputy syncs deputy.dev/v1alpha1 Applications; change apiVersion to deputy.dev/v1alpha1"))
 	default:
-		d.fail(loc, fmt.Errorf("unsupported apiVersion/kind %s %s: policy files hold rbac.authorization.k8s.io/v1 Role, ClusterRole, RoleBinding, ClusterRoleBinding, AppProject of deputy.dev/v1alpha1 or argoproj.io/v1alpha1, and Application of deputy.dev/v1alpha1", tm.APIVersion, tm.Kind))
+		d.fail(loc, fmt.Errorf("unsupported apiVersion/kind %s %s: policy files hold rbac.authorization.k8s.io/v1 Role, ClusterRole, RoleBinding, ClusterRoleBinding, AppProject of deputy.dev/v1alpha1 or argoproj.io/v1alpha1, Application of deputy.dev/v1alpha1, and apiextensions.k8s.io/v1 CustomResourceDefinition", tm.APIVersion, tm.Kind))
 	}
 }
 
@@ -400,5 +419,6 @@ func (d *decoder) add(loc DocumentError, kind, ns, name string, errs field.Error
 		return
 	}
 	d.seen[key] = loc.location()
+	d.objs.FileObjects[loc.File]++
 	store()
 }

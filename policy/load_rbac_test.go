@@ -335,17 +335,17 @@ func TestDecodeUnsupportedKinds(t *testing.T) {
 		{
 			name:    "a core kind is not policy",
 			content: "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n  namespace: ns\n",
-			wantErr: `p.yaml: document 1 (line 1), ConfigMap "ns/x": unsupported apiVersion/kind v1 ConfigMap: policy files hold rbac.authorization.k8s.io/v1 Role, ClusterRole, RoleBinding, ClusterRoleBinding, AppProject of deputy.dev/v1alpha1 or argoproj.io/v1alpha1, and Application of deputy.dev/v1alpha1`,
+			wantErr: `p.yaml: document 1 (line 1), ConfigMap "ns/x": unsupported apiVersion/kind v1 ConfigMap: policy files hold rbac.authorization.k8s.io/v1 Role, ClusterRole, RoleBinding, ClusterRoleBinding, AppProject of deputy.dev/v1alpha1 or argoproj.io/v1alpha1, Application of deputy.dev/v1alpha1, and apiextensions.k8s.io/v1 CustomResourceDefinition`,
 		},
 		{
 			name:    "an RBAC kind of an older version is not supported",
 			content: "apiVersion: rbac.authorization.k8s.io/v1beta1\nkind: ClusterRole\nmetadata:\n  name: x\n",
-			wantErr: `p.yaml: document 1 (line 1), ClusterRole "x": unsupported apiVersion/kind rbac.authorization.k8s.io/v1beta1 ClusterRole: policy files hold rbac.authorization.k8s.io/v1 Role, ClusterRole, RoleBinding, ClusterRoleBinding, AppProject of deputy.dev/v1alpha1 or argoproj.io/v1alpha1, and Application of deputy.dev/v1alpha1`,
+			wantErr: `p.yaml: document 1 (line 1), ClusterRole "x": unsupported apiVersion/kind rbac.authorization.k8s.io/v1beta1 ClusterRole: policy files hold rbac.authorization.k8s.io/v1 Role, ClusterRole, RoleBinding, ClusterRoleBinding, AppProject of deputy.dev/v1alpha1 or argoproj.io/v1alpha1, Application of deputy.dev/v1alpha1, and apiextensions.k8s.io/v1 CustomResourceDefinition`,
 		},
 		{
 			name:    "a kind in the wrong case is not supported",
 			content: "apiVersion: rbac.authorization.k8s.io/v1\nkind: clusterrole\nmetadata:\n  name: x\n",
-			wantErr: `p.yaml: document 1 (line 1), clusterrole "x": unsupported apiVersion/kind rbac.authorization.k8s.io/v1 clusterrole: policy files hold rbac.authorization.k8s.io/v1 Role, ClusterRole, RoleBinding, ClusterRoleBinding, AppProject of deputy.dev/v1alpha1 or argoproj.io/v1alpha1, and Application of deputy.dev/v1alpha1`,
+			wantErr: `p.yaml: document 1 (line 1), clusterrole "x": unsupported apiVersion/kind rbac.authorization.k8s.io/v1 clusterrole: policy files hold rbac.authorization.k8s.io/v1 Role, ClusterRole, RoleBinding, ClusterRoleBinding, AppProject of deputy.dev/v1alpha1 or argoproj.io/v1alpha1, Application of deputy.dev/v1alpha1, and apiextensions.k8s.io/v1 CustomResourceDefinition`,
 		},
 		{
 			name:    "a document without kind is an error",

@@ -86,8 +86,9 @@ var ErrNoMatchingServiceAccount = errors.New("no matching service account found"
 // "namespace:name" with exactly one colon, a non-empty namespace that is a
 // DNS-1123 label and a name that is a DNS-1123 subdomain (what Kubernetes
 // requires of namespaces and ServiceAccount names); a role group may not
-// start with "system:" (project tokens carry the role's groups, and those
-// are Kubernetes' built-in groups, system:masters among them).
+// start with "system:" (deputy reserves Kubernetes' built-in groups,
+// system:masters among them; role groups name the OIDC groups granted the
+// role, as in Argo CD, and project tokens never carry them).
 //
 // Warnings name destinationServiceAccounts entries that can never be chosen
 // because an earlier entry matches every destination they match (the first
@@ -231,7 +232,7 @@ func projectValidateRoles(roles []v1alpha1.ProjectRole, fld *field.Path) field.E
 			groups[group] = true
 			if strings.HasPrefix(group, "system:") {
 				errs = append(errs, field.Invalid(idx.Child("groups").Index(j), group,
-					"a role may not name a Kubernetes system: group (system:masters is cluster-admin): deputy project tokens carry the role's groups; use a group of your own and bind it with RBAC"))
+					"a role may not name a Kubernetes system: group (system:masters is cluster-admin): deputy reserves them; project tokens carry only the group deputy:project:NAMESPACE/NAME, which is what RBAC should bind"))
 			}
 		}
 	}
@@ -643,9 +644,11 @@ func (c *saEntry) usernameFor(namespace, name string) string {
 // no compilation and, for entries of the "namespace:name" form, no
 // allocation. It is immutable and safe for concurrent use.
 type CompiledProject struct {
-	name    string
-	entries []saEntry
-	dests   []compiledDestination
+	name      string
+	namespace string
+	entries   []saEntry
+	dests     []compiledDestination
+	sourceNS  []sourceNamespaceMatcher
 }
 
 // ProjectMatcher is another name for CompiledProject.
@@ -682,7 +685,8 @@ func CompileAppProject(p *v1alpha1.AppProject) (*CompiledProject, error) {
 }
 
 func saCompileProject(p *v1alpha1.AppProject) *CompiledProject {
-	c := &CompiledProject{name: p.Name, entries: make([]saEntry, len(p.Spec.DestinationServiceAccounts)), dests: compileDestinations(p)}
+	c := &CompiledProject{name: p.Name, namespace: p.Namespace, entries: make([]saEntry, len(p.Spec.DestinationServiceAccounts)),
+		dests: compileDestinations(p), sourceNS: compileSourceNamespaces(p.Spec.SourceNamespaces)}
 	for i, e := range p.Spec.DestinationServiceAccounts {
 		c.entries[i] = saCompileEntry(e)
 	}

@@ -88,33 +88,105 @@ func (c *CompiledProject) DestinationPermitted(server, name, namespace string) b
 	return any && !veto
 }
 
-// GroupKindPermitted is Argo CD's AppProject.IsGroupKindPermitted: a
-// namespaced kind is permitted unless a non-nil namespaceResourceWhitelist
-// omits it or the blacklist names it; a cluster-scoped kind only when the
-// clusterResourceWhitelist names it and the blacklist does not. List entries
-// are path.Match patterns on group and kind.
-func GroupKindPermitted(p *v1alpha1.AppProject, group, kind string, namespaced bool) bool {
-	res := metav1.GroupKind{Group: group, Kind: kind}
-	if namespaced {
-		wl, bl := p.Spec.NamespaceResourceWhitelist, p.Spec.NamespaceResourceBlacklist
-		white := wl == nil || len(wl) != 0 && groupKindInList(res, wl)
-		black := len(bl) != 0 && groupKindInList(res, bl)
-		return white && !black
-	}
-	wl, bl := p.Spec.ClusterResourceWhitelist, p.Spec.ClusterResourceBlacklist
-	return len(wl) != 0 && groupKindInList(res, wl) && !(len(bl) != 0 && groupKindInList(res, bl))
+// ResourcePermission is what ResourcePermitted decided, with the list entry
+// that decided it, for reasons users can act on.
+type ResourcePermission struct {
+	// Permitted reports whether the project permits the object(s).
+	Permitted bool
+	// Entry names the deciding entry, e.g.
+	// `clusterResourceBlacklist[0] {group: "", kind: "Namespace", name: "kube-*"}`,
+	// or what is missing, e.g. `no clusterResourceWhitelist entry matches`.
+	Entry string
 }
 
-// groupKindInList is Argo CD's isResourceInList (filepath.Match on kind, then group).
-func groupKindInList(res metav1.GroupKind, list []metav1.GroupKind) bool {
-	for _, item := range list {
-		if ok, err := filepath.Match(item.Kind, res.Kind); ok && err == nil {
-			if ok, err := filepath.Match(item.Group, res.Group); ok && err == nil {
-				return true
+// ResourcePermitted is Argo CD's AppProject.IsGroupKindNamePermitted
+// (argo-cd pkg/apis/application/v1alpha1 app_project_types.go, with
+// isResourceInList and isNamedResourceInList of types.go): a namespaced kind
+// is permitted unless a non-nil namespaceResourceWhitelist omits it or the
+// namespaceResourceBlacklist names it; a cluster-scoped object only when a
+// clusterResourceWhitelist entry matches it and no clusterResourceBlacklist
+// entry does. Group, kind and name are filepath.Match patterns; a cluster
+// list entry without a name matches every object of its kind.
+//
+// name "" asks about every object of the kind at once (a list, a watch, a
+// create whose request carries no name): deputy then counts a whitelist
+// entry only when it has no name (it cannot grant every object), and a
+// blacklist entry whatever its name (some object of the kind is refused).
+// Upstream always asks with one object's name, so this only narrows.
+func ResourcePermitted(p *v1alpha1.AppProject, group, kind, name string, namespaced bool) ResourcePermission {
+	if namespaced {
+		wl, bl := p.Spec.NamespaceResourceWhitelist, p.Spec.NamespaceResourceBlacklist
+		if i := groupKindIndex(group, kind, bl); i >= 0 {
+			return ResourcePermission{Entry: describeGroupKindEntry("namespaceResourceBlacklist", i, bl[i].Group, bl[i].Kind, "")}
+		}
+		if wl == nil {
+			return ResourcePermission{Permitted: true, Entry: "no namespaceResourceWhitelist (every namespaced kind)"}
+		}
+		if i := groupKindIndex(group, kind, wl); i >= 0 {
+			return ResourcePermission{Permitted: true, Entry: describeGroupKindEntry("namespaceResourceWhitelist", i, wl[i].Group, wl[i].Kind, "")}
+		}
+		return ResourcePermission{Entry: "no namespaceResourceWhitelist entry matches"}
+	}
+	wl, bl := p.Spec.ClusterResourceWhitelist, p.Spec.ClusterResourceBlacklist
+	for i, e := range bl {
+		if restrictionMatches(e, group, kind, name, true) {
+			return ResourcePermission{Entry: describeGroupKindEntry("clusterResourceBlacklist", i, e.Group, e.Kind, e.Name)}
+		}
+	}
+	for i, e := range wl {
+		if restrictionMatches(e, group, kind, name, false) {
+			return ResourcePermission{Permitted: true, Entry: describeGroupKindEntry("clusterResourceWhitelist", i, e.Group, e.Kind, e.Name)}
+		}
+	}
+	if name == "" {
+		for _, e := range wl {
+			if e.Name != "" && restrictionMatches(v1alpha1.ClusterResourceRestrictionItem{Group: e.Group, Kind: e.Kind}, group, kind, "", false) {
+				return ResourcePermission{Entry: "clusterResourceWhitelist entries for this kind name objects; a request for every object of it (list, watch, create without a name) needs an entry without a name"}
 			}
 		}
 	}
-	return false
+	return ResourcePermission{Entry: "no clusterResourceWhitelist entry matches"}
+}
+
+// restrictionMatches is isNamedResourceInList for one entry; name "" is a
+// request for every object (see ResourcePermitted): an entry with a name
+// matches it only when it is a blacklist entry.
+func restrictionMatches(e v1alpha1.ClusterResourceRestrictionItem, group, kind, name string, blacklist bool) bool {
+	if !pathMatch(e.Kind, kind) || !pathMatch(e.Group, group) {
+		return false
+	}
+	switch {
+	case e.Name == "":
+		return true
+	case name == "":
+		return blacklist
+	}
+	return pathMatch(e.Name, name)
+}
+
+// groupKindIndex is Argo CD's isResourceInList (filepath.Match on kind, then
+// group), returning the index of the first matching entry or -1.
+func groupKindIndex(group, kind string, list []metav1.GroupKind) int {
+	for i, item := range list {
+		if pathMatch(item.Kind, kind) && pathMatch(item.Group, group) {
+			return i
+		}
+	}
+	return -1
+}
+
+// pathMatch is filepath.Match, where a malformed pattern matches nothing (as
+// upstream, which ignores the error).
+func pathMatch(pattern, s string) bool {
+	ok, err := filepath.Match(pattern, s)
+	return ok && err == nil
+}
+
+func describeGroupKindEntry(list string, i int, group, kind, name string) string {
+	if name != "" {
+		return fmt.Sprintf("%s[%d] {group: %q, kind: %q, name: %q}", list, i, group, kind, name)
+	}
+	return fmt.Sprintf("%s[%d] {group: %q, kind: %q}", list, i, group, kind)
 }
 
 // ServiceAccountTarget is what one destinationServiceAccounts entry can

@@ -21,8 +21,14 @@ type Snapshot struct {
 	Applications []Application
 	// Tokens is the static token set (nil when there is none).
 	Tokens *TokenSet
+	// Resources is the built-in resources plus the CustomResourceDefinitions
+	// of the policy files: the impersonation gate's resource catalog in file
+	// mode.
+	Resources *ResourceCatalog
 	// Files are the files the snapshot was built from.
 	Files []string
+	// FileObjects counts the objects (and tokens) each file contributed.
+	FileObjects map[string]int
 	// Digest identifies the input bytes (hex SHA-256 over names and contents).
 	Digest string
 	// LoadedAt is when the snapshot was built.
@@ -48,6 +54,8 @@ func Build(objs *Objects, aggregate bool) (*Snapshot, error) {
 		}
 	}
 	return &Snapshot{RBAC: rbac, Projects: objs.Projects, Applications: objs.Applications, Tokens: tokens, LoadedAt: time.Now(),
+		Resources:    BuiltinResources().Merge(catalogFromCRDs(objs.CRDs)),
+		FileObjects:  objs.FileObjects,
 		applications: indexApplications(objs.Applications)}, nil
 }
 

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -40,11 +41,21 @@ func (s Status) Ready() bool { return s.Loaded && s.LastError == nil }
 // FileSource loads policy from files and directories and reloads it when they
 // change (fsnotify on each directory, plus a poll as a safety net for
 // filesystems without inotify). A failed reload keeps the last good snapshot.
+//
+// Files are loaded only once their content is stable: read, read again a
+// settle interval later, and loaded only when both reads agree (see
+// FileSourceOptions.SettleInterval), so a file rewritten in place in several
+// writes is never loaded half-written. A reload in which a file that held
+// objects in the serving snapshot holds none (truncated, emptied, only
+// comments) is a load error. Atomic replacement (write a temporary file, then
+// rename it over) is the supported way to update policy files.
+//
 // Safe for concurrent use.
 type FileSource struct {
 	paths        []string
 	fsys         fs.FS // when set, paths are read from this FS (embedded policy)
 	pollInterval time.Duration
+	settle       time.Duration // 0: no settling (embedded FS, or disabled)
 	log          *slog.Logger
 	onLoad       func(Status)
 
@@ -55,6 +66,22 @@ type FileSource struct {
 	listeners []func(*Snapshot)
 }
 
+// DefaultSettleInterval is how long a changed policy file must keep the same
+// content before it is loaded. Writers that rewrite a file in place (shell
+// redirection, editors that save in place, kubectl cp, configuration
+// management agents) issue their writes within milliseconds of each other, a
+// slow one within a few hundred; 500ms covers them with margin, while a
+// reload still takes effect about 0.6s after the last write (100ms event
+// debounce, the settle interval, the load). Writes further apart than that
+// are separate versions of the file: only atomic replacement makes an update
+// safe whatever the writer's pace.
+const DefaultSettleInterval = 500 * time.Millisecond
+
+// maxSettleRounds bounds how many settle intervals one load waits for files
+// that keep changing before it gives up with an error (about 5s at the
+// default interval); the next event or poll tries again.
+const maxSettleRounds = 10
+
 // FileSourceOptions configure a FileSource.
 type FileSourceOptions struct {
 	// PollInterval re-reads the files this often even without an fsnotify
@@ -62,9 +89,16 @@ type FileSourceOptions struct {
 	PollInterval time.Duration
 	// FS, when set, is read instead of the OS filesystem (paths are then
 	// fs.FS paths); used for the embedded example policy. Such sources are not
-	// watched.
-	FS     fs.FS
-	Logger *slog.Logger
+	// watched, and not settled unless SettleInterval is positive (an fs.FS
+	// such as embed.FS does not change).
+	FS fs.FS
+	// SettleInterval is how long changed files must keep their content
+	// before they are loaded: each load reads the files, waits this long and
+	// reads them again, and loads only content both reads agree on. 0 is
+	// DefaultSettleInterval (no settling with FS); a negative value disables
+	// settling (tests, and one-shot reads of files known not to change).
+	SettleInterval time.Duration
+	Logger         *slog.Logger
 	// OnLoad, if set, is called after every load attempt with the resulting
 	// status (for metrics).
 	OnLoad func(Status)
@@ -78,7 +112,14 @@ func NewFileSource(paths []string, opts FileSourceOptions) *FileSource {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &FileSource{paths: slices.Clone(paths), fsys: opts.FS, pollInterval: opts.PollInterval, log: log, onLoad: opts.OnLoad}
+	settle := opts.SettleInterval
+	switch {
+	case settle < 0 || (settle == 0 && opts.FS != nil):
+		settle = 0
+	case settle == 0:
+		settle = DefaultSettleInterval
+	}
+	s := &FileSource{paths: slices.Clone(paths), fsys: opts.FS, pollInterval: opts.PollInterval, settle: settle, log: log, onLoad: opts.OnLoad}
 	s.status.Store(&Status{})
 	return s
 }
@@ -97,30 +138,50 @@ func (s *FileSource) OnChange(f func(*Snapshot)) {
 	s.listeners = append(s.listeners, f)
 }
 
-// Load reads every file once and swaps in the new snapshot when it loads and
-// differs from the serving one.
+// Load reads the files and swaps in the new snapshot when it loads and
+// differs from the serving one. Content that differs from the serving
+// snapshot is loaded only once stable: Load waits the settle interval, reads
+// again, and repeats until two consecutive reads agree (at most
+// maxSettleRounds times), so it may block for a few settle intervals.
 //
-// Errors: unreadable or missing paths, and every decode/validation problem
-// (see Decode); the serving snapshot is kept in that case.
+// Errors: unreadable or missing paths; files still changing after the last
+// settle round (naming one); a file that held objects in the serving
+// snapshot and now holds none; and every decode/validation problem (see
+// Decode). The serving snapshot is kept in each case, and Status reports the
+// error (readiness red).
 func (s *FileSource) Load() error {
+	return s.load(context.Background())
+}
+
+// load is Load, with ctx cutting the settle waits short (Run's shutdown); a
+// load cut short changes nothing and returns ctx's error.
+func (s *FileSource) load(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	prev := s.status.Load()
+	cur := s.current.Load()
+	files, err := s.gather()
+	if err == nil && (cur == nil || cur.Digest != digest(files)) {
+		files, err = s.settled(ctx, files, cur)
+	}
+	if ctx.Err() != nil {
+		return ctx.Err() // shutting down: no attempt to report
+	}
 	if s.onLoad != nil {
 		defer func() { s.onLoad(*s.status.Load()) }()
 	}
 	now := time.Now()
-	prev := s.status.Load()
-	files, err := s.gather()
 	var snap *Snapshot
 	if err == nil {
-		cur := s.current.Load()
 		if cur != nil && cur.Digest == digest(files) {
 			st := *prev
 			st.LastError, st.LastAttempt, st.LastSuccess = nil, now, now
 			s.status.Store(&st)
 			return nil
 		}
-		snap, err = Load(files)
+		if snap, err = Load(files); err == nil {
+			err = checkEmptied(cur, snap)
+		}
 	}
 	if err != nil {
 		st := *prev
@@ -138,6 +199,87 @@ func (s *FileSource) Load() error {
 		f(snap)
 	}
 	return nil
+}
+
+// settled returns the files once their content is stable: it waits the
+// settle interval and reads them again until two consecutive reads agree, or
+// they equal the serving snapshot cur (a change undone). first is the read
+// that found a change.
+//
+// Errors: a read error of a later read; the files still changing after
+// maxSettleRounds (naming the first file that changed); ctx's error.
+func (s *FileSource) settled(ctx context.Context, first []SourceFile, cur *Snapshot) ([]SourceFile, error) {
+	if s.settle <= 0 {
+		return first, nil
+	}
+	files, changed := first, ""
+	for range maxSettleRounds {
+		t := time.NewTimer(s.settle)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		again, err := s.gather()
+		if err != nil {
+			return nil, err
+		}
+		d := digest(again)
+		if d == digest(files) || (cur != nil && d == cur.Digest) {
+			return again, nil
+		}
+		changed = firstChanged(files, again)
+		s.log.Info("policy files still changing; waiting for them to settle", "file", changed, "settleInterval", s.settle.String())
+		files = again
+	}
+	return nil, fmt.Errorf("policy file %s kept changing for %s (read %d times, %s apart): not loaded, the last good policy keeps serving; "+
+		"update policy files atomically (write a temporary file in the same directory, then rename it over the policy file)",
+		changed, time.Duration(maxSettleRounds)*s.settle, maxSettleRounds+1, s.settle)
+}
+
+// firstChanged names the first file whose content (or presence) differs
+// between two reads.
+func firstChanged(a, b []SourceFile) string {
+	old := make(map[string][]byte, len(a))
+	for _, f := range a {
+		old[f.Name] = f.Data
+	}
+	for _, f := range b {
+		data, ok := old[f.Name]
+		if !ok || !bytes.Equal(data, f.Data) {
+			return f.Name
+		}
+		delete(old, f.Name)
+	}
+	for _, f := range a {
+		if _, gone := old[f.Name]; gone {
+			return f.Name
+		}
+	}
+	return "(none)"
+}
+
+// checkEmptied refuses files that held objects (or tokens) in the serving
+// snapshot cur and hold none in next: a truncated or emptied file (empty,
+// only comments, an empty List) is far more often a write in progress or a
+// mistake than the intent to drop all its policy (deleting the file says
+// that). Files new since, or removed, are not checked.
+//
+// Errors: one per emptied file, naming it and the fix.
+func checkEmptied(cur, next *Snapshot) error {
+	if cur == nil {
+		return nil
+	}
+	var errs []error
+	for _, name := range next.Files {
+		if cur.FileObjects[name] > 0 && next.FileObjects[name] == 0 {
+			errs = append(errs, fmt.Errorf("policy file %s held objects in the serving policy and now holds none (empty, truncated, only comments or an empty List): "+
+				"not loaded, the last good policy keeps serving; to drop its objects delete the file, otherwise restore its content "+
+				"(update policy files atomically: write a temporary file, then rename it over)", name))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // gather reads the files behind s.paths in a stable order.
@@ -233,18 +375,20 @@ const reloadDebounce = 100 * time.Millisecond
 
 // Run loads the policy and then reloads it on every change until ctx ends.
 // Only a watcher that cannot be started is returned as an error (after the
-// load); load errors are reported through Status and logs.
+// load); load errors are reported through Status and logs. A reload starts
+// reloadDebounce after the last file event, then waits for the files to
+// settle (see Load).
 func (s *FileSource) Run(ctx context.Context) error {
 	if s.fsys != nil {
 		if s.Current() == nil {
-			_ = s.Load()
+			_ = s.load(ctx)
 		}
 		<-ctx.Done()
 		return nil
 	}
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
-		_ = s.Load()
+		_ = s.load(ctx)
 		return fmt.Errorf("failed to start policy file watcher: %w", err)
 	}
 	defer w.Close()
@@ -257,7 +401,7 @@ func (s *FileSource) Run(ctx context.Context) error {
 	// serving (callers Load before Run to fail fast): a change made between
 	// that load and the watches would otherwise go unnoticed until the next
 	// change or poll. Unchanged files cost a read and a hash.
-	_ = s.Load()
+	_ = s.load(ctx)
 
 	var poll <-chan time.Time
 	if s.pollInterval > 0 {
@@ -285,9 +429,9 @@ func (s *FileSource) Run(ctx context.Context) error {
 			}
 			s.log.Error("policy watcher error", "error", err.Error())
 		case <-debounce.C:
-			_ = s.Load()
+			_ = s.load(ctx)
 		case <-poll:
-			_ = s.Load()
+			_ = s.load(ctx)
 		}
 	}
 }

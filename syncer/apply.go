@@ -42,7 +42,7 @@ func (op *operation) apply(ctx context.Context, cl *clients, p *plan, pf *prefli
 	}
 	for _, g := range groups(p.objects) {
 		for _, w := range waves(g) {
-			parallel(len(w), op.e.opts.Parallelism, func(i int) { op.applyOne(ctx, cl, p, w[i]) },
+			parallel(len(w), op.e.opts.Parallelism, func(i int) { op.applyOne(ctx, cl, p, pf, w[i]) },
 				func(i int, r any) { op.panicked(w[i], r) })
 		}
 		if g[0].group == groupCRDs && !op.req.Sync.DryRun {
@@ -82,9 +82,14 @@ func (op *operation) createNamespace(ctx context.Context, cl *clients, p *plan, 
 	op.record(p.createSlot, res)
 }
 
-// applyOne server-side applies one object and records its result.
-func (op *operation) applyOne(ctx context.Context, cl *clients, p *plan, o *planObject) {
+// applyOne server-side applies one object and records its result. An object
+// another Application tracks (the preflight found it) fails untouched.
+func (op *operation) applyOne(ctx context.Context, cl *clients, p *plan, pf *preflightResult, o *planObject) {
 	dry := op.req.Sync.DryRun
+	if other := pf.trackedBy[o.key]; other != "" {
+		op.record(o.slot, o.result(v1alpha1.ResultCodeSyncFailed, trackedElsewhereMessage(o.key, other, op.tracking)))
+		return
+	}
 	if err := ctx.Err(); err != nil {
 		op.record(o.slot, o.result(v1alpha1.ResultCodeSyncFailed, "not applied: "+err.Error()))
 		return
@@ -129,6 +134,16 @@ func (op *operation) applyOne(ctx context.Context, cl *clients, p *plan, o *plan
 		msg += " (dry run)"
 	}
 	op.record(o.slot, o.result(v1alpha1.ResultCodeSynced, msg))
+}
+
+// trackedElsewhereMessage is the result of an object that Application other
+// tracks ("NAMESPACE/NAME"), which Application self ("NAMESPACE/NAME") also
+// renders: Argo CD's shared-resource conflict, an error here.
+func trackedElsewhereMessage(key objKey, other, self string) string {
+	return fmt.Sprintf("not applied: %s is tracked by Application %s (annotation %s), and an object belongs to one Application only: "+
+		"remove it from one of the two repositories (the sources of Applications %s and %s); "+
+		"if Application %s no longer renders it, delete the object or its %s annotation and this Application adopts it",
+		key, other, TrackingAnnotation, other, self, other, TrackingAnnotation)
 }
 
 // waitEstablished waits, as the operation's identity, until every applied

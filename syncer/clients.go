@@ -69,6 +69,11 @@ func (op *operation) clientsFor(ctx context.Context, server string, id identity)
 		return nil, err
 	}
 	cfg := rest.CopyConfig(base)
+	if cfg.UserAgent == "" {
+		// Every request then names deputy (client-go adds the header in
+		// the transport chain; see boundedTransport for why it matters).
+		cfg.UserAgent = "deputy (" + rest.DefaultKubernetesUserAgent() + ")"
+	}
 	if cfg.QPS == 0 && cfg.RateLimiter == nil {
 		// No client-side rate limit: Parallelism bounds the requests in
 		// flight, and kube-apiserver's priority and fairness protects it.

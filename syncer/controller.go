@@ -69,10 +69,12 @@ type ControllerOptions struct {
 	Runner Runner
 	// Revisions resolves targetRevisions for automated syncs (the Engine).
 	Revisions RevisionResolver
-	// Projects returns the deputy.dev AppProject namespace/name, nil when
-	// there is none, or policy.ErrNotLoaded while the AppProjects have not
-	// been listed yet.
-	Projects func(namespace, name string) (*v1alpha1.AppProject, error)
+	// Projects returns the deputy.dev AppProject an Application uses
+	// (policy.ResolveAppProject over the project namespaces), an error
+	// matching policy.ErrProjectNotUsable when it has none it may use (the
+	// operation then ends in Error with that message), or
+	// policy.ErrNotLoaded while the AppProjects have not been read yet.
+	Projects func(app *v1alpha1.Application) (*v1alpha1.AppProject, error)
 	// Workers bounds the operations running at once (sync.parallelism).
 	Workers int
 	// ReconcilePeriod is how often automated Applications are looked at.
@@ -132,7 +134,17 @@ type recordedOperation struct {
 	uid        types.UID
 	generation int64
 	operation  v1alpha1.Operation
+	// retryCount is the operation's status.operationState.retryCount while
+	// this term runs it (see MaxOperationAttempts).
+	retryCount int64
 }
+
+// MaxOperationAttempts is how many times an operation is started in cluster
+// mode without ending: a leader that finds it started that many times (its
+// Running state's retryCount + 1) ends it in Error instead of running it
+// again, so that an operation that crashes deputy does not crash every
+// replica in turn.
+const MaxOperationAttempts = 3
 
 // recordOf is the record of the operation app (which has one) records.
 func recordOf(app *v1alpha1.Application) recordedOperation {
@@ -735,23 +747,23 @@ func (c *Controller) runRecorded(ctx context.Context, ops *Operations, app *v1al
 		return nil // this term's own finished operation, seen through a stale cache
 	}
 	st := app.Status.OperationState
+	var retryCount int64
 	if st != nil && st.ObservedGeneration == app.Generation {
 		if st.Phase != v1alpha1.OperationRunning {
 			return c.clearOperation(ctx, app.Namespace, app.Name, recordOf(app))
 		}
+		if attempts := st.RetryCount + 1; attempts >= MaxOperationAttempts {
+			return c.endInterrupted(ctx, app, attempts)
+		}
+		retryCount = st.RetryCount + 1
 		c.log.Info("running an operation again: the leader that started it stopped before it ended",
-			"application", key, "startedAt", st.StartedAt.UTC().Format(time.RFC3339))
+			"application", key, "startedAt", st.StartedAt.UTC().Format(time.RFC3339), "retryCount", retryCount)
 	}
-	project, err := c.opts.Projects(app.Namespace, app.Spec.Project)
-	if err != nil {
-		return err
-	}
-	if project == nil {
+	project, err := c.opts.Projects(app)
+	if errors.Is(err, policy.ErrProjectNotUsable) {
 		now := metav1.Now()
 		final := &v1alpha1.OperationState{
-			Operation: *app.Operation.DeepCopy(), Phase: v1alpha1.OperationError,
-			Message: fmt.Sprintf("Application %q references AppProject %q, which does not exist: create a deputy.dev AppProject named %q in namespace %q",
-				key, app.Spec.Project, app.Spec.Project, app.Namespace),
+			Operation: *app.Operation.DeepCopy(), Phase: v1alpha1.OperationError, Message: err.Error(),
 			StartedAt: now, FinishedAt: &now, ObservedGeneration: app.Generation,
 		}
 		rec := recordOf(app)
@@ -760,14 +772,51 @@ func (c *Controller) runRecorded(ctx context.Context, ops *Operations, app *v1al
 		}
 		return c.clearOperation(ctx, app.Namespace, app.Name, rec)
 	}
+	if err != nil {
+		return err
+	}
+	rec := recordOf(app)
+	rec.retryCount = retryCount
+	if retryCount > 0 {
+		// Record the attempt before running it: if this one crashes deputy
+		// too, the next leader must see it.
+		now := metav1.Now()
+		running := &v1alpha1.OperationState{
+			Operation: *app.Operation.DeepCopy(), Phase: v1alpha1.OperationRunning,
+			Message:   fmt.Sprintf("started again after an interruption (attempt %d of at most %d)", retryCount+1, MaxOperationAttempts),
+			StartedAt: now, ObservedGeneration: app.Generation, RetryCount: retryCount,
+		}
+		if err := c.writeStatus(ctx, app.Namespace, app.Name, rec, running); err != nil {
+			return err
+		}
+	}
 	c.mu.Lock()
-	c.running[key] = recordOf(app)
+	c.running[key] = rec
 	c.mu.Unlock()
 	_, err = ops.Start(ctx, app, project, *app.Operation.Sync, app.Operation.InitiatedBy)
 	if errors.Is(err, ErrOperationInProgress) || errors.Is(err, ErrShuttingDown) {
 		return nil
 	}
 	return err
+}
+
+// endInterrupted ends an operation that was started attempts times without
+// ending (each leader running it stopped or crashed) in Error, and removes
+// it: it is not run again.
+func (c *Controller) endInterrupted(ctx context.Context, app *v1alpha1.Application, attempts int64) error {
+	st := app.Status.OperationState
+	now := metav1.Now()
+	final := &v1alpha1.OperationState{
+		Operation: *app.Operation.DeepCopy(), Phase: v1alpha1.OperationError,
+		Message:   fmt.Sprintf("the operation was interrupted %d times (deputy stopped or crashed while running it, for example on a repository that exceeds its limits) and is not run again: sync again to retry", attempts),
+		StartedAt: st.StartedAt, FinishedAt: &now, ObservedGeneration: app.Generation, RetryCount: st.RetryCount,
+	}
+	c.log.Warn("an operation was interrupted too often; it ends in Error", "application", appKey(app.Namespace, app.Name), "attempts", attempts)
+	rec := recordOf(app)
+	if err := c.writeStatus(ctx, app.Namespace, app.Name, rec, final); err != nil {
+		return err
+	}
+	return c.clearOperation(ctx, app.Namespace, app.Name, rec)
 }
 
 // autoSync requests an automated sync when Git moved since the last
@@ -835,6 +884,7 @@ func (w *statusWriter) WriteOperationState(ctx context.Context, namespace, name 
 	if !ok {
 		return fmt.Errorf("not written: no record of the operation of %s", key)
 	}
+	state.RetryCount = rec.retryCount
 	// A leader that stops renewing is replaced LeaseDuration after its last
 	// renewal but notices only RenewDeadline after it: the writes must end
 	// within the difference.

@@ -251,8 +251,8 @@ func (f *ctlFixture) newController(id string, grace time.Duration, cfg *rest.Con
 	le.Name, le.Identity = f.lease, id
 	c, err := syncer.NewController(syncer.ControllerOptions{
 		Config: cfg, Runner: f.runner, Revisions: ctlRevisions{},
-		Projects: func(ns, name string) (*v1alpha1.AppProject, error) {
-			return &v1alpha1.AppProject{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, nil
+		Projects: func(app *v1alpha1.Application) (*v1alpha1.AppProject, error) {
+			return &v1alpha1.AppProject{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: app.Spec.Project}}, nil
 		},
 		ReconcilePeriod: time.Hour, ShutdownGrace: grace, Namespaces: []string{f.ns},
 		LeaderElection: le,

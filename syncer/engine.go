@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -97,15 +98,28 @@ type EngineOptions struct {
 	// Impersonation decides whether syncs impersonate the derived
 	// ServiceAccount.
 	Impersonation ImpersonationSettings
-	// RepoCredentials are the HTTPS credentials of Git repositories.
+	// RepoCredentials are the HTTPS credentials of Git repositories (see
+	// RepoCredential for how one is matched to a repository URL).
 	RepoCredentials []RepoCredential
 	// Secrets reads the Secrets that RepoCredentials name.
 	Secrets SecretGetter
-	// CacheDir holds the clones of https repositories (bare mirrors, fetched
-	// on every sync; local repositories are read in place) and the
-	// temporary directories kustomize builds in. Required; created when
+	// CacheDir holds the clones of https repositories (bare mirrors, one per
+	// exact repository URL, fetched on every sync). Required; created when
 	// missing.
 	CacheDir string
+	// LocalRepositories are the absolute directories under which local
+	// repositories (file:// URLs and absolute paths) may be opened
+	// (config sync.localRepositories); every file access of such a
+	// repository stays inside the directory that holds it. Empty: every
+	// local repository is refused, naming sync.localRepositories. A
+	// directory that is, contains or is inside CacheDir is refused by
+	// NewEngine.
+	LocalRepositories []string
+	// Kustomize configures kustomize builds (remote resources are off by
+	// default).
+	Kustomize KustomizeOptions
+	// Limits bound each operation; zero fields take DefaultLimits.
+	Limits Limits
 	// Parallelism bounds the requests in flight inside one apply group, and
 	// the permission checks of the preflight. Default DefaultParallelism.
 	Parallelism int
@@ -149,9 +163,20 @@ func NewEngine(opts EngineOptions) (*Engine, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	opts.Limits = opts.Limits.withDefaults()
+	if opts.Kustomize.RemoteTimeout <= 0 {
+		opts.Kustomize.RemoteTimeout = DefaultKustomizeRemoteTimeout
+	}
+	local, err := checkLocalRepositories(opts.LocalRepositories, opts.CacheDir)
+	if err != nil {
+		return nil, err
+	}
 	for i, c := range opts.RepoCredentials {
 		if c.URL == "" {
 			return nil, fmt.Errorf("syncer: RepoCredentials[%d].URL is empty", i)
+		}
+		if _, err := parseCredentialScope(c.URL); err != nil {
+			return nil, fmt.Errorf("syncer: RepoCredentials[%d].URL %q: %w (use https://HOST[:PORT][/PATH])", i, c.URL, err)
 		}
 		if c.Secret == nil && (c.UsernameFile == "" || c.PasswordFile == "") {
 			return nil, fmt.Errorf("syncer: RepoCredentials[%d] (%s) needs usernameFile and passwordFile, or a Secret", i, c.URL)
@@ -160,22 +185,81 @@ func NewEngine(opts EngineOptions) (*Engine, error) {
 			return nil, fmt.Errorf("syncer: RepoCredentials[%d] (%s) names a Secret but EngineOptions.Secrets is nil", i, c.URL)
 		}
 	}
-	return &Engine{opts: opts, repos: &repoCache{dir: opts.CacheDir, creds: opts.RepoCredentials, secrets: opts.Secrets}}, nil
+	installGitTransport()
+	configureKustomizeRemote(opts.Kustomize.RemoteResources, opts.Kustomize.RemoteTimeout, opts.Limits.MaxFileBytes)
+	return &Engine{opts: opts, repos: &repoCache{dir: opts.CacheDir, creds: opts.RepoCredentials, secrets: opts.Secrets,
+		local: local, limits: opts.Limits, kustomize: opts.Kustomize}}, nil
+}
+
+// checkLocalRepositories cleans the allowed local repository directories
+// and refuses a relative one, or one that is, contains or is inside the
+// cache directory (deputy's mirrors of every tenant's repositories).
+func checkLocalRepositories(dirs []string, cacheDir string) ([]string, error) {
+	cache, err := filepath.Abs(cacheDir)
+	if err != nil {
+		return nil, fmt.Errorf("syncer: failed to make the cache directory absolute: %w", err)
+	}
+	realCache := cache
+	if r, err := filepath.EvalSymlinks(cache); err == nil {
+		realCache = r
+	}
+	out := make([]string, 0, len(dirs))
+	for i, d := range dirs {
+		if !filepath.IsAbs(d) {
+			return nil, fmt.Errorf("syncer: LocalRepositories[%d] %q is not an absolute directory", i, d)
+		}
+		d = filepath.Clean(d)
+		real := d
+		if r, err := filepath.EvalSymlinks(d); err == nil {
+			real = r
+		}
+		if within(d, cache) || within(cache, d) || within(real, realCache) || within(realCache, real) {
+			return nil, fmt.Errorf("syncer: LocalRepositories[%d] %q overlaps the cache directory %s (%s): list directories that hold only Git repositories", i, d, cache, FieldLocalRepositories)
+		}
+		out = append(out, d)
+	}
+	return out, nil
 }
 
 // Run implements Runner: it runs one sync operation to completion and
 // returns its final state (never nil, never Running; it never panics).
+//
+// The whole operation runs within Limits.OperationTimeout: an operation
+// that reaches it ends in Error with a message naming
+// sync.limits.operationTimeout.
 func (e *Engine) Run(ctx context.Context, req Request, progress Progress) (final *v1alpha1.OperationState) {
 	op := e.newOperation(req, progress)
+	opCtx, cancel := context.WithTimeout(ctx, e.opts.Limits.OperationTimeout)
+	defer cancel()
 	defer func() {
 		if r := recover(); r != nil {
 			op.log.Error(fmt.Errorf("panic: %v", r), "sync engine panicked; the operation ends in Error")
 			op.fail(fmt.Errorf("internal error in deputy's sync engine: %v", r))
 		}
+		e.timedOut(ctx, opCtx, op)
 		final = op.finish()
 	}()
-	op.sync(ctx)
+	op.sync(opCtx)
 	return nil // replaced by the deferred finish
+}
+
+// timedOut turns an operation that reached the operation timeout (and not
+// its caller's end) into an Error naming sync.limits.operationTimeout,
+// keeping what it had said.
+func (e *Engine) timedOut(parent, opCtx context.Context, op *operation) {
+	if !errors.Is(opCtx.Err(), context.DeadlineExceeded) || parent.Err() != nil {
+		return
+	}
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	if op.done {
+		return
+	}
+	msg := fmt.Sprintf("the operation did not finish within %s (%s): it was stopped", e.opts.Limits.OperationTimeout, FieldOperationTimeout)
+	if op.state.Message != "" {
+		msg += "; " + op.state.Message
+	}
+	op.state.Phase, op.state.Message = v1alpha1.OperationError, msg
 }
 
 // DeleteResources deletes every object tracked as belonging to app (its
@@ -189,14 +273,17 @@ func (e *Engine) Run(ctx context.Context, req Request, progress Progress) (final
 func (e *Engine) DeleteResources(ctx context.Context, app *v1alpha1.Application, project *v1alpha1.AppProject) (final *v1alpha1.OperationState) {
 	op := e.newOperation(Request{Application: app, Project: project}, nil)
 	op.state.Operation = v1alpha1.Operation{}
+	opCtx, cancel := context.WithTimeout(ctx, e.opts.Limits.OperationTimeout)
+	defer cancel()
 	defer func() {
 		if r := recover(); r != nil {
 			op.log.Error(fmt.Errorf("panic: %v", r), "sync engine panicked while deleting; the operation ends in Error")
 			op.fail(fmt.Errorf("internal error in deputy's sync engine: %v", r))
 		}
+		e.timedOut(ctx, opCtx, op)
 		final = op.finish()
 	}()
-	op.deleteAll(ctx)
+	op.deleteAll(opCtx)
 	return nil
 }
 

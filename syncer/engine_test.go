@@ -48,7 +48,10 @@ func newEngineFixture(t *testing.T, imp ImpersonationSettings) *engineFixture {
 		Clusters:      StaticClusters{Config: &rest.Config{Host: srv.URL}},
 		Impersonation: imp,
 		CacheDir:      t.TempDir(),
-		Now:           func() time.Time { return time.Unix(1700000000, 0) },
+		// The test repository's own directory: local repositories are off
+		// unless listed.
+		LocalRepositories: []string{f.repo.dir},
+		Now:               func() time.Time { return time.Unix(1700000000, 0) },
 	})
 	if err != nil {
 		t.Fatal(err)

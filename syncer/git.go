@@ -2,8 +2,6 @@ package syncer
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -14,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/transport"
@@ -22,12 +21,15 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// RepoCredential holds the HTTPS credentials of the repositories whose URL
-// starts with URL (both normalised as Argo CD does: lower case, no trailing
-// ".git"); the longest matching URL wins, as with Argo CD's repository
-// credential templates. The username and password are read on every fetch,
-// from files (a mounted Secret, rotated in place) or from a Secret through
-// EngineOptions.Secrets, never from the Application.
+// RepoCredential holds the HTTPS credentials of the repositories URL
+// covers: URL's scheme, host and port must equal the repository URL's
+// (default ports made explicit, host case-insensitive), and the repository's
+// path must be URL's path or below it on a '/' boundary
+// ("https://git.example.com/team-a" covers ".../team-a/app.git", never
+// ".../team-a-evil/app.git"); the longest matching path wins. The username
+// and password are read on every fetch, from files (a mounted Secret,
+// rotated in place) or from a Secret through EngineOptions.Secrets, never
+// from the Application.
 type RepoCredential struct {
 	// URL is a repository URL or a prefix of one: "https://git.example.com/team/".
 	URL string
@@ -62,12 +64,21 @@ func SecretsFromClient(c kubernetes.Interface) SecretGetter {
 	}
 }
 
-// repoCache clones remote repositories (bare mirrors under dir/repos) and
-// opens local ones in place.
+// repoCache clones remote repositories (bare mirrors under dir/repos, one
+// per exact URL) and opens local ones in place, confined to the directories
+// of local.
 type repoCache struct {
 	dir     string
 	creds   []RepoCredential
 	secrets SecretGetter
+	// local are the allowed local repository directories
+	// (sync.localRepositories), cleaned and absolute; empty refuses every
+	// local repository.
+	local []string
+	// limits bound fetches and renders.
+	limits Limits
+	// kustomize configures kustomize builds.
+	kustomize KustomizeOptions
 
 	mu    sync.Mutex
 	locks map[string]*sync.Mutex
@@ -81,35 +92,41 @@ type openedRepo struct {
 	release func()
 }
 
-// repoLocation classifies a repoURL: a local path (file:// URL, absolute
-// path, or ./ ../ relative path) or an http(s) URL.
+// repoLocation classifies a repoURL: a local repository (file:// URL or
+// absolute path; relative paths are refused) or an http(s) URL that passes
+// checkRemoteURL. Errors name spec.source.repoURL and the fix.
 func repoLocation(repoURL string) (local string, remote *url.URL, err error) {
-	switch {
-	case repoURL == "":
-		return "", nil, errors.New("spec.source.repoURL is empty: set it to an https:// URL, a file:// URL or a local path")
-	case strings.HasPrefix(repoURL, "file://"):
-		u, err := url.Parse(repoURL)
-		if err != nil {
-			return "", nil, fmt.Errorf("repository URL %q is not a valid file:// URL: %w", repoURL, err)
-		}
-		if u.Host != "" && u.Host != "localhost" {
-			return "", nil, fmt.Errorf("repository URL %q names host %q: file:// URLs must be local (file:///path)", repoURL, u.Host)
-		}
-		return filepath.FromSlash(u.Path), nil, nil
-	case filepath.IsAbs(repoURL):
-		return filepath.Clean(repoURL), nil, nil
-	case strings.HasPrefix(repoURL, "./") || strings.HasPrefix(repoURL, "../"):
-		abs, err := filepath.Abs(repoURL)
-		return abs, nil, err
+	if repoURL == "" {
+		return "", nil, errors.New("spec.source.repoURL is empty: set it to an https:// URL")
+	}
+	if local, err = localPath(repoURL); err != nil || local != "" {
+		return local, nil, err
 	}
 	u, err := url.Parse(repoURL)
-	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
-		return "", nil, fmt.Errorf("repository URL %q is not supported by deputy: use https:// (credentials come from deputy's configuration), file:// or a local path", repoURL)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") {
+		return "", nil, fmt.Errorf("spec.source.repoURL %q is not supported by deputy: use https:// (credentials come from deputy's configuration)", redactRaw(repoURL))
 	}
-	if u.User != nil {
-		return "", nil, fmt.Errorf("repository URL %q carries credentials: remove them from the URL and configure a repository credential instead", redactURL(u))
+	if err := checkRemoteURL(u, repoURL); err != nil {
+		return "", nil, err
 	}
 	return "", u, nil
+}
+
+// redactRaw removes what may be user info ("user:password@") from a URL
+// that does not parse, so that an error never repeats a password.
+func redactRaw(raw string) string {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return raw
+	}
+	authority, path, hasPath := strings.Cut(rest, "/")
+	if i := strings.LastIndex(authority, "@"); i >= 0 {
+		authority = "REDACTED@" + authority[i+1:]
+	}
+	if hasPath {
+		return scheme + "://" + authority + "/" + path
+	}
+	return scheme + "://" + authority
 }
 
 func redactURL(u *url.URL) string {
@@ -118,16 +135,23 @@ func redactURL(u *url.URL) string {
 	return c.String()
 }
 
-// open returns the repository behind repoURL, fetched now when remote.
+// open returns the repository behind repoURL: a local one (only under
+// sync.localRepositories, every file access confined there), or the mirror
+// of a remote one, fetched now from exactly repoURL with the credentials
+// that cover repoURL, within the fetch limits.
 func (c *repoCache) open(ctx context.Context, repoURL string) (*openedRepo, error) {
 	local, remote, err := repoLocation(repoURL)
 	if err != nil {
 		return nil, err
 	}
 	if remote == nil {
-		repo, err := git.PlainOpenWithOptions(local, &git.PlainOpenOptions{EnableDotGitCommonDir: true})
+		root, err := localRoot(c.local, local, repoURL)
 		if err != nil {
-			return nil, fmt.Errorf("failed to open the Git repository at %s: %w", local, err)
+			return nil, err
+		}
+		repo, err := openLocal(root, local, repoURL)
+		if err != nil {
+			return nil, err
 		}
 		return &openedRepo{repo: repo, release: func() {}}, nil
 	}
@@ -136,11 +160,10 @@ func (c *repoCache) open(ctx context.Context, repoURL string) (*openedRepo, erro
 	if err != nil {
 		return nil, err
 	}
-	sum := sha256.Sum256([]byte(normalizeGitURL(repoURL)))
-	dir := filepath.Join(c.dir, "repos", hex.EncodeToString(sum[:10]))
+	dir := filepath.Join(c.dir, "repos", mirrorKey(repoURL))
 	lock := c.lock(dir)
 	lock.Lock()
-	repo, err := fetch(ctx, dir, remote.String(), auth)
+	repo, err := fetch(ctx, dir, repoURL, auth, c.limits)
 	if err != nil {
 		lock.Unlock()
 		return nil, err
@@ -163,16 +186,29 @@ func (c *repoCache) lock(key string) *sync.Mutex {
 }
 
 // fetch updates the bare mirror in dir (cloning it the first time, or again
-// when the cached copy cannot be opened or fetched into).
-func fetch(ctx context.Context, dir, repoURL string, auth transport.AuthMethod) (*git.Repository, error) {
+// when the cached copy cannot be opened or fetched into). The fetch always
+// goes to repoURL (FetchOptions.RemoteURL), never to the URL the mirror
+// recorded, and runs within a fetchBudget (see transport.go): a limit it
+// exceeds is returned as a *LimitError.
+func fetch(ctx context.Context, dir, repoURL string, auth transport.AuthMethod, limits Limits) (*git.Repository, error) {
+	installGitTransport()
+	budget := newFetchBudget(limits)
+	ctx = withFetchBudget(ctx, budget)
+	fail := func(what string, err error) error {
+		if lerr := budget.err(); lerr != nil {
+			return fmt.Errorf("failed to %s %s: %w", what, repoURL, lerr)
+		}
+		return fmt.Errorf("failed to %s %s: %w", what, repoURL, err)
+	}
 	if repo, err := git.PlainOpen(dir); err == nil {
-		err = repo.FetchContext(ctx, &git.FetchOptions{RemoteName: git.DefaultRemoteName, Auth: auth, Force: true, Prune: true})
+		err = repo.FetchContext(ctx, &git.FetchOptions{RemoteName: git.DefaultRemoteName, RemoteURL: repoURL, Auth: auth, Force: true, Prune: true,
+			RefSpecs: []config.RefSpec{"+refs/*:refs/*"}})
 		if err == nil || errors.Is(err, git.NoErrAlreadyUpToDate) {
 			return repo, nil
 		}
-		if ctx.Err() != nil || errors.Is(err, transport.ErrAuthenticationRequired) || errors.Is(err, transport.ErrAuthorizationFailed) ||
+		if ctx.Err() != nil || budget.err() != nil || errors.Is(err, transport.ErrAuthenticationRequired) || errors.Is(err, transport.ErrAuthorizationFailed) ||
 			errors.Is(err, transport.ErrRepositoryNotFound) {
-			return nil, fmt.Errorf("failed to fetch %s: %w", repoURL, err)
+			return nil, fail("fetch", err)
 		}
 		// Anything else may be a damaged cache: start over below.
 	}
@@ -185,21 +221,16 @@ func fetch(ctx context.Context, dir, repoURL string, auth transport.AuthMethod) 
 	repo, err := git.PlainCloneContext(ctx, dir, true, &git.CloneOptions{URL: repoURL, Auth: auth, Mirror: true})
 	if err != nil {
 		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("failed to clone %s: %w", repoURL, err)
+		return nil, fail("clone", err)
 	}
 	return repo, nil
 }
 
-// auth returns the basic-auth credentials configured for repoURL, or nil.
+// auth returns the basic-auth credentials of the credential that covers
+// repoURL (matchCredential), or nil. Credentials are never sent over plain
+// http except to loopback.
 func (c *repoCache) auth(ctx context.Context, repoURL string) (transport.AuthMethod, error) {
-	want := normalizeGitURL(repoURL)
-	best := -1
-	for i, cr := range c.creds {
-		prefix := normalizeGitURL(cr.URL)
-		if prefix != "" && strings.HasPrefix(want, prefix) && (best < 0 || len(prefix) > len(normalizeGitURL(c.creds[best].URL))) {
-			best = i
-		}
-	}
+	best := matchCredential(c.creds, repoURL)
 	if best < 0 {
 		return nil, nil
 	}

@@ -65,14 +65,28 @@ func listTargets(p *plan) []listTarget {
 	return out
 }
 
-// liveObject is what a list says about one existing object.
+// liveObject is what a list (or a metadata GET) says about one existing
+// object.
 type liveObject struct {
 	uid    types.UID
 	digest string
+	// tracking is the object's TrackingAnnotation value: the Application
+	// that manages it ("" for none).
+	tracking string
 	// soleApplier: every managedFields entry is deputy's server-side apply
 	// of the object itself: nobody else has written it since.
 	soleApplier bool
 	deleting    bool
+}
+
+// trackedByOther returns the other Application that tracks the object
+// ("NAMESPACE/NAME", its TrackingAnnotation value), or "" when the object is
+// untracked (deputy adopts it) or tracked by tracking itself.
+func (l *liveObject) trackedByOther(tracking string) string {
+	if l == nil || l.tracking == "" || l.tracking == tracking {
+		return ""
+	}
+	return l.tracking
 }
 
 // unchangedFrom reports whether applying the body with this digest again
@@ -85,7 +99,8 @@ func (l *liveObject) unchangedFrom(digest string) bool {
 }
 
 func liveFrom(m *metav1.PartialObjectMetadata) *liveObject {
-	l := &liveObject{uid: m.UID, digest: m.Annotations[appliedDigestAnnotation], deleting: m.DeletionTimestamp != nil}
+	l := &liveObject{uid: m.UID, digest: m.Annotations[appliedDigestAnnotation], tracking: m.Annotations[TrackingAnnotation],
+		deleting: m.DeletionTimestamp != nil}
 	l.soleApplier = len(m.ManagedFields) > 0
 	for _, f := range m.ManagedFields {
 		if f.Manager != FieldManager || f.Operation != metav1.ManagedFieldsOperationApply || f.Subresource != "" {

@@ -177,6 +177,15 @@ func (op *operation) plan(ctx context.Context, cl *clients, compiled *policy.Com
 	op.options = parseSyncOptions(op.app.Spec.SyncPolicy)
 	crds := renderedCRDs(objs)
 	var problems []string
+	if op.options.createNamespace && op.destNamespace != "" {
+		// The Namespace CreateNamespace=true creates is a cluster-scoped
+		// object like any other: the project must permit it (the
+		// impersonation gate asks the same of the create).
+		if perm := policy.ResourcePermitted(op.project, "", "Namespace", op.destNamespace, false); !perm.Permitted {
+			problems = append(problems, fmt.Sprintf("syncOptions CreateNamespace=true creates Namespace %s, which project %s does not permit (AppProject spec: %s): add {group: \"\", kind: Namespace} (or its name) to the AppProject's clusterResourceWhitelist, or create the namespace and drop the option",
+				op.destNamespace, op.project.Name, perm.Entry))
+		}
+	}
 	for _, u := range objs {
 		o, problem := op.planOne(ctx, cl.mapper, compiled, crds, u)
 		if problem != "" {
@@ -253,12 +262,12 @@ func (op *operation) planOne(ctx context.Context, mapper meta.RESTMapperWithCont
 	}
 	o.key = objKey{group: gvk.Group, kind: gvk.Kind, namespace: u.GetNamespace(), name: u.GetName()}
 
-	if !policy.GroupKindPermitted(op.project, gvk.Group, gvk.Kind, o.namespaced) {
-		scope, list := "namespaced", "spec.namespaceResourceWhitelist/namespaceResourceBlacklist"
+	if perm := policy.ResourcePermitted(op.project, gvk.Group, gvk.Kind, u.GetName(), o.namespaced); !perm.Permitted {
+		scope := "namespaced"
 		if !o.namespaced {
-			scope, list = "cluster-scoped", "spec.clusterResourceWhitelist/clusterResourceBlacklist"
+			scope = "cluster-scoped"
 		}
-		return nil, fmt.Sprintf("resource %s:%s is not permitted in project %s (%s %s; see the AppProject's %s)", gvk.Group, gvk.Kind, op.project.Name, scope, o.key, list)
+		return nil, fmt.Sprintf("resource %s:%s is not permitted in project %s (%s %s; AppProject spec: %s)", gvk.Group, gvk.Kind, op.project.Name, scope, o.key, perm.Entry)
 	}
 	if o.namespaced && !compiled.DestinationPermitted(op.server, op.clusterName, u.GetNamespace()) {
 		return nil, fmt.Sprintf("namespace %s is not permitted in project '%s' (%s): add it to the AppProject's spec.destinations", u.GetNamespace(), op.project.Name, o.key)

@@ -77,7 +77,7 @@ func guestbookProject() *v1alpha1.AppProject {
 	p := &v1alpha1.AppProject{Spec: v1alpha1.AppProjectSpec{
 		SourceRepos:              []string{"*"},
 		Destinations:             []v1alpha1.ApplicationDestination{{Server: InClusterServer, Namespace: "guestbook"}, {Server: InClusterServer, Namespace: "guestbook-*"}},
-		ClusterResourceWhitelist: []metav1.GroupKind{{Group: "", Kind: "Namespace"}, {Group: "apiextensions.k8s.io", Kind: "*"}},
+		ClusterResourceWhitelist: []v1alpha1.ClusterResourceRestrictionItem{{Group: "", Kind: "Namespace"}, {Group: "apiextensions.k8s.io", Kind: "*"}},
 	}}
 	p.Name = "guestbook"
 	return p
@@ -89,7 +89,7 @@ func guestbookProject() *v1alpha1.AppProject {
 // form one parallel wave.
 func TestPlanOrdersApplyGroups(t *testing.T) {
 	op, c := testOperation(t, guestbookProject())
-	op.project.Spec.ClusterResourceWhitelist = append(op.project.Spec.ClusterResourceWhitelist, metav1.GroupKind{Group: "rbac.authorization.k8s.io", Kind: "ClusterRole"})
+	op.project.Spec.ClusterResourceWhitelist = append(op.project.Spec.ClusterResourceWhitelist, v1alpha1.ClusterResourceRestrictionItem{Group: "rbac.authorization.k8s.io", Kind: "ClusterRole"})
 	rendered := []*unstructured.Unstructured{
 		obj("apps/v1", "Deployment", "", "web"),
 		obj("v1", "Service", "", "web"),

@@ -25,7 +25,8 @@ import (
 // k8s.io/apiserver/pkg/endpoints/handlers/patch.go): a server-side apply is
 // a PATCH, authorized as "patch" on the object's name; when the object does
 // not exist yet the same request also needs "create" on that name. "get" is
-// not needed to apply. Waiting for a CustomResourceDefinition to be
+// not needed to apply, but seeing the object's tracking annotation is (see
+// Ownership below): "list" of its (resource, namespace), or else "get" of it. Waiting for a CustomResourceDefinition to be
 // Established is a "get" of it; CreateNamespace=true is a plain "create
 // namespaces" when the namespace is missing; prune is "list" of every
 // (resource, namespace) it looks in and "delete" of each object it would
@@ -42,8 +43,16 @@ import (
 // namespace) the sync writes to, when the identity may list there: "create"
 // is then asked for exactly the missing objects, and objects that are
 // unchanged since deputy applied them need nothing (they are not sent
-// again). Where it may not list, "create" is asked for every object, and a
-// denied one is dropped for objects the identity can read and that exist.
+// again). Where it may not list, each rendered object is read (a metadata
+// GET, as the identity): "create" is then asked for the missing ones only.
+//
+// Ownership (Argo CD's shared-resource rule, failing rather than warning):
+// an object whose live TrackingAnnotation names another Application is not
+// applied and not pruned; that resource fails (SyncFailed) naming the other
+// Application, and the operation goes on with the rest. Objects without the
+// annotation are adopted. The lists and reads above show the annotation; an
+// object the identity may neither list nor read cannot be checked, so "get"
+// on it is reported missing and nothing is applied blind.
 
 var (
 	gvrNamespaces      = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
@@ -109,6 +118,9 @@ type preflightResult struct {
 	createNamespace bool
 	// candidates are the objects prune would delete.
 	candidates []*pruneCandidate
+	// trackedBy are the rendered objects another Application tracks, with
+	// that Application ("NAMESPACE/NAME"): apply fails them, untouched.
+	trackedBy map[objKey]string
 }
 
 // preflightError is a failed preflight: the permissions missing, and the
@@ -130,8 +142,10 @@ func (e *preflightError) Error() string {
 // objects live in and every prune scope: the lists tell which objects exist
 // (so "create" is asked for exactly the missing ones), which are unchanged
 // since deputy applied them (no request is sent for those, and none is
-// asked about), and what prune would delete. Listing where the identity may
-// not list is required for prune only; elsewhere the engine does without.
+// asked about), which another Application tracks (those fail, untouched),
+// and what prune would delete. Listing is required for prune only; where the
+// identity may not list, each rendered object is read instead (readUnlisted),
+// and one it may not read either is reported as missing "get".
 func (op *operation) preflight(ctx context.Context, cl *clients, id identity, p *plan) (*preflightResult, error) {
 	res := &preflightResult{}
 	if id.username != "" {
@@ -174,18 +188,29 @@ func (op *operation) preflight(ctx context.Context, cl *clients, id identity, p 
 	}
 	seen, problems := op.observe(ctx, cl, listable, p.rendered)
 	res.candidates = seen.candidates
+	read, readMissing, readProblems := op.readUnlisted(ctx, cl, p, seen)
+	missing = append(missing, readMissing...)
+	problems = append(problems, readProblems...)
 
 	var checks permSet
 	for _, o := range p.objects {
 		sk := scopeKey{o.gvr.Group, o.gvr.Resource, o.namespace()}
+		known := seen.listed[sk] || read[o.key] // whether it exists, and its metadata
 		live := seen.live[o.key]
-		if seen.listed[sk] && live.unchangedFrom(o.digest) {
+		if other := live.trackedByOther(op.tracking); other != "" {
+			if res.trackedBy == nil {
+				res.trackedBy = map[objKey]string{}
+			}
+			res.trackedBy[o.key] = other
+			continue // never sent: it needs no permission
+		}
+		if known && live.unchangedFrom(o.digest) {
 			o.unchanged = true
 			continue
 		}
 		what := o.key.String()
 		checks.add("patch", o.gvr, o.namespace(), o.name(), what)
-		if !seen.listed[sk] || live == nil {
+		if !known || live == nil {
 			checks.add("create", o.gvr, o.namespace(), o.name(), what)
 		}
 		if o.group == groupCRDs && !op.req.Sync.DryRun {
@@ -215,6 +240,67 @@ func (op *operation) preflight(ctx context.Context, cl *clients, id identity, p 
 		return nil, &preflightError{who: cl.who, missing: missing, problems: problems, appNS: op.app.Namespace, appName: op.app.Name}
 	}
 	return res, nil
+}
+
+// readUnlisted reads (metadata GET, as the identity) every rendered object in
+// a scope the lists did not cover, to see whether it exists and which
+// Application tracks it; what it finds goes into seen.live. read holds the
+// objects whose state is now known (found or not found). An object the
+// identity may not read either cannot be checked for another Application's
+// tracking annotation: "get" on it is returned as missing. Objects of kinds
+// this sync's own CustomResourceDefinitions define are not served yet, so
+// none exists. Other read errors are problems.
+func (op *operation) readUnlisted(ctx context.Context, cl *clients, p *plan, seen *observed) (read map[objKey]bool, missing []missingPermission, problems []string) {
+	var todo []*planObject
+	for _, o := range p.objects {
+		if !o.crdDefined && !seen.listed[scopeKey{o.gvr.Group, o.gvr.Resource, o.namespace()}] {
+			todo = append(todo, o)
+		}
+	}
+	read = map[objKey]bool{}
+	var (
+		mu        sync.Mutex
+		forbidden permSet
+	)
+	parallel(len(todo), op.e.opts.Parallelism, func(i int) {
+		o := todo[i]
+		m, err := cl.meta.Resource(o.gvr).Namespace(o.namespace()).Get(ctx, o.name(), metav1.GetOptions{})
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err == nil:
+			read[o.key] = true
+			seen.live[o.key] = liveFrom(m)
+		case apierrors.IsNotFound(err):
+			read[o.key] = true
+		case apierrors.IsForbidden(err):
+			forbidden.add("get", o.gvr, o.namespace(), o.name(), o.key.String()+" (to check its tracking annotation)")
+		default:
+			problems = append(problems, fmt.Sprintf("cannot read %s to see whether another Application tracks it: %v", o.key, err))
+		}
+	}, func(i int, r any) {
+		mu.Lock()
+		defer mu.Unlock()
+		problems = append(problems, fmt.Sprintf("internal error while reading %s: %v", todo[i].key, r))
+	})
+	for _, c := range forbidden.order {
+		sort.Sort(namesAndObjects{c})
+		missing = append(missing, missingPermission{Verb: c.verb, Group: c.group, Resource: c.resource, Namespace: c.namespace,
+			Names: c.names, Objects: c.objects})
+	}
+	sort.Strings(problems)
+	return read, missing, problems
+}
+
+// namesAndObjects sorts a check's names, keeping each object's description
+// with its name (reads finish in any order).
+type namesAndObjects struct{ c *permCheck }
+
+func (s namesAndObjects) Len() int           { return len(s.c.names) }
+func (s namesAndObjects) Less(i, j int) bool { return s.c.names[i] < s.c.names[j] }
+func (s namesAndObjects) Swap(i, j int) {
+	s.c.names[i], s.c.names[j] = s.c.names[j], s.c.names[i]
+	s.c.objects[i], s.c.objects[j] = s.c.objects[j], s.c.objects[i]
 }
 
 // checkServiceAccount makes sure the derived ServiceAccount exists. This is

@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"deputy.dev/deputy/policy"
 	"deputy.dev/deputy/policy/v1alpha1"
 )
 
@@ -79,6 +80,13 @@ func (op *operation) prune(ctx context.Context, cl *clients, p *plan, pf *prefli
 func (op *operation) deleteCandidates(ctx context.Context, cl *clients, cands []*pruneCandidate) {
 	byGroup := map[applyGroup][]*pruneCandidate{}
 	for _, c := range cands {
+		// What the project no longer permits is not deleted, whoever acts:
+		// the impersonation gate would refuse it, and without impersonation
+		// the engine is the only check.
+		if perm := policy.ResourcePermitted(op.project, c.scope.gvk.Group, c.scope.gvk.Kind, c.name, c.namespace != ""); !perm.Permitted {
+			op.record(-1, c.result(v1alpha1.ResultCodePruneSkipped, fmt.Sprintf("not pruned: project %s does not permit it (AppProject spec: %s)", op.project.Name, perm.Entry)))
+			continue
+		}
 		g := c.applyGroup()
 		byGroup[g] = append(byGroup[g], c)
 	}
@@ -97,10 +105,10 @@ func (op *operation) deleteOne(ctx context.Context, cl *clients, c *pruneCandida
 	// when prune reports it Pruned, and the garbage collector removes what it
 	// owns. Foreground would leave it in place, with a finalizer, until its
 	// dependents are gone, and for ever where no garbage collector runs.
-	policy := metav1.DeletePropagationBackground
+	propagation := metav1.DeletePropagationBackground
 	err := cl.meta.Resource(c.scope.gvr).Namespace(c.namespace).Delete(ctx, c.name, metav1.DeleteOptions{
 		Preconditions:     &metav1.Preconditions{UID: &uid},
-		PropagationPolicy: &policy,
+		PropagationPolicy: &propagation,
 	})
 	switch {
 	case err == nil:

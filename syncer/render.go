@@ -7,27 +7,22 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
+	"io/fs"
 	"path"
-	"path/filepath"
 	"sort"
 	"strings"
 
-	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/kustomize/api/konfig"
 	"sigs.k8s.io/yaml"
 
 	"deputy.dev/deputy/policy/v1alpha1"
 )
-
-// kustomizationFiles are the names kustomize looks for, in its order.
-var kustomizationFiles = []string{"kustomization.yaml", "kustomization.yml", "Kustomization"}
 
 // maxSymlinkDepth bounds how many symbolic links resolving one path may
 // follow (a loop would otherwise never end).
@@ -45,7 +40,9 @@ type rendered struct {
 // renders the manifests under the source's path: `kustomize build` when the
 // path holds a kustomization, else every .yaml, .yml and .json file below it
 // (recursively, hidden files and directories skipped) in lexical order of
-// their paths, every YAML document of each.
+// their paths, every YAML document of each. Everything is read lazily from
+// the Git objects through gitFS, within the render limits (c.limits): a
+// limit exceeded is a *LimitError naming its configuration field.
 func (c *repoCache) render(ctx context.Context, src v1alpha1.ApplicationSource, revision string) (*rendered, error) {
 	if err := helmError(src); err != nil {
 		return nil, err
@@ -61,71 +58,55 @@ func (c *repoCache) render(ctx context.Context, src v1alpha1.ApplicationSource, 
 	if err != nil {
 		return nil, err
 	}
-	released := false
-	release := func() {
-		if !released {
-			released = true
-			opened.release()
-		}
-	}
-	defer release()
+	// The repository stays locked (against a concurrent fetch into the same
+	// mirror) while its objects are read, kustomize's build included.
+	defer opened.release()
 
 	commit, err := resolveRevision(opened.repo, revision)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", src.RepoURL, err)
 	}
 	out := &rendered{revision: commit.Hash.String()}
+	budget := newRenderBudget(ctx, c.limits)
+	if err := checkObjectSize(opened.repo, commit.TreeHash, plumbing.TreeObject, "the root tree", budget); err != nil {
+		return out, err
+	}
 	root, err := commit.Tree()
 	if err != nil {
 		return out, fmt.Errorf("failed to read the tree of %s: %w", out.revision, err)
 	}
-	sub := root
-	if dir != "" {
-		if sub, err = root.Tree(dir); err != nil {
-			return out, fmt.Errorf("path %q does not exist (or is not a directory) in %s at %s: fix spec.source.path", src.Path, src.RepoURL, short(out.revision))
-		}
+	gfs := newGitFS(opened.repo, root, budget)
+	if c.kustomize.RemoteResources {
+		gfs.disk = kustomizeCloneDirs()
+	}
+	sub, err := gfs.resolve(dir)
+	if err != nil && (isLimitError(err) || ctx.Err() != nil) {
+		return out, err
+	}
+	if err != nil || !sub.isDir() {
+		return out, fmt.Errorf("path %q does not exist (or is not a directory) in %s at %s: fix spec.source.path", src.Path, src.RepoURL, short(out.revision))
 	}
 	hasKustomization := false
-	for _, e := range sub.Entries {
-		for _, k := range kustomizationFiles {
-			if e.Name == k && e.Mode != filemode.Dir {
-				hasKustomization = true
-			}
+	for _, name := range konfig.RecognizedKustomizationFileNames() {
+		if n, err := gfs.resolve(path.Join(sub.rel, name)); err == nil && !n.isDir() {
+			hasKustomization = true
 		}
 	}
 	if !hasKustomization {
-		if _, err := sub.FindEntry("Chart.yaml"); err == nil {
+		if _, err := sub.tree.FindEntry("Chart.yaml"); err == nil {
 			return out, fmt.Errorf("path %q holds a Helm chart (Chart.yaml): %w", src.Path, errHelm)
 		}
-		out.objects, err = renderPlain(opened.repo, root, sub, dir)
+		out.objects, err = renderPlain(gfs, sub)
 		if err != nil {
 			return out, err
 		}
 		return out, nil
 	}
-
-	// kustomize reads from disk: export the whole tree (bases may live
-	// outside the path), then build with the repository lock released.
-	work, err := os.MkdirTemp(c.workDir(), "render-")
-	if err != nil {
-		return out, fmt.Errorf("failed to create a working directory: %w", err)
-	}
-	defer os.RemoveAll(work)
-	if err := exportTree(opened.repo, root, work); err != nil {
-		return out, err
-	}
-	release()
-	out.objects, err = kustomizeBuild(filepath.Join(work, filepath.FromSlash(dir)))
+	out.objects, err = kustomizeBuild(ctx, gfs, sub.rel, c.kustomize)
 	if err != nil {
 		return out, fmt.Errorf("kustomize build %s at %s: %w", cmpOr(src.Path, "."), short(out.revision), err)
 	}
 	return out, nil
-}
-
-func (c *repoCache) workDir() string {
-	d := filepath.Join(c.dir, "work")
-	_ = os.MkdirAll(d, 0o700)
-	return d
 }
 
 func short(sha string) string {
@@ -151,34 +132,56 @@ func cleanSourcePath(p string) (string, error) {
 	return c, nil
 }
 
-// renderPlain decodes every manifest file under sub (at dir in root).
-func renderPlain(repo *git.Repository, root, sub *object.Tree, dir string) ([]*unstructured.Unstructured, error) {
+// renderPlain decodes every manifest file below sub: files in lexical order
+// of their paths, symbolic links to files followed inside the repository.
+func renderPlain(gfs *gitFS, sub *node) ([]*unstructured.Unstructured, error) {
 	type file struct {
-		name  string
+		name  string // relative to sub
 		entry object.TreeEntry
 	}
 	var files []file
-	w := object.NewTreeWalker(sub, true, nil)
-	defer w.Close()
-	for {
-		name, entry, err := w.Next()
-		if errors.Is(err, io.EOF) {
-			break
+	var walk func(t *object.Tree, prefix string) error
+	walk = func(t *object.Tree, prefix string) error {
+		for _, e := range t.Entries {
+			name := path.Join(prefix, e.Name)
+			switch {
+			case strings.HasPrefix(e.Name, "."), e.Mode == filemode.Submodule:
+			case e.Mode == filemode.Dir:
+				child, err := gfs.tree(e.Hash, path.Join(sub.rel, name))
+				if err != nil {
+					return err
+				}
+				if err := walk(child, name); err != nil {
+					return err
+				}
+			case manifestFile(e.Name):
+				files = append(files, file{name, e})
+			}
 		}
-		if err != nil {
-			return nil, fmt.Errorf("failed to walk %s: %w", cmpOr(dir, "."), err)
-		}
-		if entry.Mode == filemode.Dir || entry.Mode == filemode.Submodule || hidden(name) || !manifestFile(name) {
-			continue
-		}
-		files = append(files, file{name, entry})
+		return nil
+	}
+	if err := walk(sub.tree, ""); err != nil {
+		return nil, err
 	}
 	sort.Slice(files, func(i, j int) bool { return files[i].name < files[j].name })
 
 	var objs []*unstructured.Unstructured
 	for _, f := range files {
-		full := path.Join(dir, f.name)
-		data, err := readEntry(repo, root, full, f.entry)
+		full := path.Join(sub.rel, f.name)
+		n := &node{rel: full, entry: f.entry}
+		if f.entry.Mode == filemode.Symlink {
+			var err error
+			if n, err = gfs.resolve(full); err != nil {
+				if errors.Is(err, fs.ErrNotExist) {
+					return nil, fmt.Errorf("symbolic link %s points to a path that does not exist in the repository", full)
+				}
+				return nil, err
+			}
+			if n.isDir() {
+				return nil, fmt.Errorf("symbolic link %s points to the directory %s: deputy follows links to files only", full, n.rel)
+			}
+		}
+		data, err := gfs.readBlob(full, n.entry, gfs.budget.limits.MaxFileBytes, true)
 		if err != nil {
 			return nil, err
 		}
@@ -187,17 +190,11 @@ func renderPlain(repo *git.Repository, root, sub *object.Tree, dir string) ([]*u
 			return nil, fmt.Errorf("%s: %w", full, err)
 		}
 		objs = append(objs, docs...)
-	}
-	return objs, nil
-}
-
-func hidden(name string) bool {
-	for _, seg := range strings.Split(name, "/") {
-		if strings.HasPrefix(seg, ".") {
-			return true
+		if err := gfs.budget.objects(len(objs)); err != nil {
+			return nil, err
 		}
 	}
-	return false
+	return objs, nil
 }
 
 func manifestFile(name string) bool {
@@ -206,33 +203,6 @@ func manifestFile(name string) bool {
 		return true
 	}
 	return false
-}
-
-// readEntry reads a file, following symbolic links that stay inside the
-// repository (a link leaving it could expose deputy's own files).
-func readEntry(repo *git.Repository, root *object.Tree, full string, entry object.TreeEntry) ([]byte, error) {
-	for depth := 0; entry.Mode == filemode.Symlink; depth++ {
-		if depth == maxSymlinkDepth {
-			return nil, fmt.Errorf("%s: more than %d levels of symbolic links", full, maxSymlinkDepth)
-		}
-		target, err := blobBytes(repo, entry)
-		if err != nil {
-			return nil, fmt.Errorf("failed to read symbolic link %s: %w", full, err)
-		}
-		next, err := symlinkTarget(full, string(target))
-		if err != nil {
-			return nil, err
-		}
-		e, err := root.FindEntry(next)
-		if err != nil {
-			return nil, fmt.Errorf("symbolic link %s points to %s, which does not exist in the repository", full, next)
-		}
-		if e.Mode == filemode.Dir {
-			return nil, fmt.Errorf("symbolic link %s points to the directory %s: deputy follows links to files only", full, next)
-		}
-		full, entry = next, *e
-	}
-	return blobBytes(repo, entry)
 }
 
 // symlinkTarget resolves a link's target relative to the link's directory
@@ -245,80 +215,10 @@ func symlinkTarget(link, target string) (string, error) {
 	if p == ".." || strings.HasPrefix(p, "../") {
 		return "", fmt.Errorf("symbolic link %s points to %s, outside the repository: links must stay inside it", link, target)
 	}
+	if p == "." {
+		p = ""
+	}
 	return p, nil
-}
-
-func blobBytes(repo *git.Repository, entry object.TreeEntry) ([]byte, error) {
-	b, err := repo.BlobObject(entry.Hash)
-	if err != nil {
-		return nil, err
-	}
-	r, err := b.Reader()
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	return io.ReadAll(r)
-}
-
-// exportTree writes every file of root under dir (symbolic links inside the
-// repository become copies of their targets; submodules are skipped).
-func exportTree(repo *git.Repository, root *object.Tree, dir string) error {
-	w := object.NewTreeWalker(root, true, nil)
-	defer w.Close()
-	for {
-		name, entry, err := w.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("failed to walk the repository: %w", err)
-		}
-		dst := filepath.Join(dir, filepath.FromSlash(name))
-		switch entry.Mode {
-		case filemode.Dir:
-			if err := os.MkdirAll(dst, 0o700); err != nil {
-				return err
-			}
-			continue
-		case filemode.Submodule:
-			continue
-		}
-		data, err := readEntry(repo, root, name, entry)
-		if err != nil {
-			return err
-		}
-		if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
-			return err
-		}
-		if err := os.WriteFile(dst, data, 0o600); err != nil {
-			return fmt.Errorf("failed to export %s: %w", name, err)
-		}
-	}
-}
-
-// kustomizeBuild runs `kustomize build dir` in process (krusty with its
-// defaults: loads restricted to the kustomization root, plugins and Helm
-// disabled).
-func kustomizeBuild(dir string) ([]*unstructured.Unstructured, error) {
-	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	resMap, err := k.Run(filesys.MakeFsOnDisk(), dir)
-	if err != nil {
-		return nil, err
-	}
-	var objs []*unstructured.Unstructured
-	for _, r := range resMap.Resources() {
-		data, err := r.MarshalJSON()
-		if err != nil {
-			return nil, fmt.Errorf("failed to encode %s: %w", r.CurId(), err)
-		}
-		u := &unstructured.Unstructured{}
-		if err := u.UnmarshalJSON(data); err != nil {
-			return nil, fmt.Errorf("failed to decode %s: %w", r.CurId(), err)
-		}
-		objs = append(objs, u)
-	}
-	return objs, nil
 }
 
 // decodeManifests splits multi-document YAML (or JSON) into objects; empty

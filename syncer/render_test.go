@@ -27,8 +27,19 @@ func names(objs []*unstructured.Unstructured) []string {
 	return out
 }
 
+// testCache is a cache whose local repositories may live anywhere under
+// the system temporary directory (where the tests' repositories are).
 func testCache(t *testing.T) *repoCache {
-	return &repoCache{dir: t.TempDir()}
+	return &repoCache{dir: t.TempDir(), local: []string{testTempRoot(t)}}
+}
+
+func testTempRoot(t *testing.T) string {
+	t.Helper()
+	tmp, err := filepath.EvalSymlinks(os.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tmp
 }
 
 func TestRenderResolvesRevisions(t *testing.T) {

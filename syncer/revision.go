@@ -13,12 +13,17 @@ import (
 // at now. The controller compares it with status.sync.revision to decide
 // whether Git moved.
 //
-// Errors: the repository cannot be fetched (naming it), or the revision does
-// not exist there.
+// The fetch is bounded as a sync's is (Limits.MaxFetchBytes and
+// MaxFileBytes) and takes at most Limits.OperationTimeout.
+//
+// Errors: the repository cannot be fetched (naming it), a limit is exceeded
+// (*LimitError), or the revision does not exist there.
 func (e *Engine) ResolveRevision(ctx context.Context, app *v1alpha1.Application) (string, error) {
 	if err := helmError(app.Spec.Source); err != nil {
 		return "", err
 	}
+	ctx, cancel := context.WithTimeout(ctx, e.opts.Limits.OperationTimeout)
+	defer cancel()
 	opened, err := e.repos.open(ctx, app.Spec.Source.RepoURL)
 	if err != nil {
 		return "", err

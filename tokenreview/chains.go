@@ -44,7 +44,7 @@ type Options struct {
 	// StaticTokens returns the current static token file set (the policy
 	// snapshot's); nil: no token file.
 	StaticTokens func() *policy.TokenSet
-	// ProjectRoles finds an AppProject role's groups for project tokens
+	// ProjectRoles reports whether a project token's AppProject role exists
 	// (SnapshotProjectRoles in file mode, with ClusterProjectRoles in cluster
 	// mode); nil finds none, so every project token is refused.
 	ProjectRoles ProjectRoleLookup
@@ -114,9 +114,9 @@ func (c *Chains) HealthCheck() error {
 // would only delay revocations and role deletions.
 //
 // Every authenticator but the project one is guarded: a user it returns with
-// the project identity (user name prefix deputy:project:, extra
-// deputy.dev/project*) is refused with an error, so no identity mapping can
-// impersonate a project token. Each authenticator is measured (metrics with
+// the project identity (user name or a group with the prefix deputy:project:,
+// extra deputy.dev/project*) is refused with an error, so no identity mapping
+// can impersonate a project token or join the group RBAC binds for one. Each authenticator is measured (metrics with
 // opts.Registerer). ctx bounds background work: the OIDC key refresh and the
 // revocation list reload.
 //
@@ -297,7 +297,7 @@ func reserveProjectIdentity(name string, a authenticator.Token) authenticator.To
 	return authenticator.TokenFunc(func(ctx context.Context, token string) (*authenticator.Response, bool, error) {
 		resp, ok, err := a.AuthenticateToken(ctx, token)
 		if ok && resp != nil && resp.User != nil && hasProjectIdentity(resp.User) {
-			return nil, false, fmt.Errorf("the %s authenticator returned user %q with deputy's project token identity (user name prefix %q or user extra %s/%s), which only deputy's project tokens may carry: change that authenticator's identity mapping (e.g. a jwt claimMappings.username.prefix)",
+			return nil, false, fmt.Errorf("the %s authenticator returned user %q with deputy's project token identity (user name or group prefix %q, or user extra %s/%s), which only deputy's project tokens may carry: change that authenticator's identity mapping (e.g. a jwt claimMappings.username.prefix or claimMappings.groups.prefix) or the token file's user and groups",
 				name, resp.User.GetName(), ProjectUserPrefix, ExtraProject, ExtraProjectRole)
 		}
 		return resp, ok, err
@@ -306,6 +306,9 @@ func reserveProjectIdentity(name string, a authenticator.Token) authenticator.To
 
 func hasProjectIdentity(u user.Info) bool {
 	if strings.HasPrefix(u.GetName(), ProjectUserPrefix) {
+		return true
+	}
+	if slices.ContainsFunc(u.GetGroups(), func(g string) bool { return strings.HasPrefix(g, ProjectUserPrefix) }) {
 		return true
 	}
 	extra := u.GetExtra()
@@ -317,43 +320,36 @@ func hasProjectIdentity(u user.Info) bool {
 // SnapshotProjectRoles looks roles up in the deputy.dev AppProjects of the
 // current policy snapshot (file mode). A nil snapshot finds nothing.
 func SnapshotProjectRoles(current func() *policy.Snapshot) ProjectRoleLookup {
-	return func(namespace, name, role string) ([]string, bool) {
-		return roleGroups(current().DeputyAppProject(namespace, name), role)
+	return func(namespace, name, role string) bool {
+		return hasRole(current().DeputyAppProject(namespace, name), role)
 	}
 }
 
 // ClusterProjectRoles looks roles up in the deputy.dev AppProjects read from
 // the cluster (cluster mode). A nil state finds nothing.
 func ClusterProjectRoles(current func() *policy.ClusterState) ProjectRoleLookup {
-	return func(namespace, name, role string) ([]string, bool) {
-		return roleGroups(current().DeputyAppProject(namespace, name), role)
+	return func(namespace, name, role string) bool {
+		return hasRole(current().DeputyAppProject(namespace, name), role)
 	}
 }
 
-// FirstProjectRoles asks each lookup in order and returns the first answer
-// that finds the project's role.
+// FirstProjectRoles asks each lookup in order and reports whether any finds
+// the project's role.
 func FirstProjectRoles(lookups ...ProjectRoleLookup) ProjectRoleLookup {
-	return func(namespace, name, role string) ([]string, bool) {
+	return func(namespace, name, role string) bool {
 		for _, l := range lookups {
-			if l == nil {
-				continue
-			}
-			if groups, ok := l(namespace, name, role); ok {
-				return groups, true
+			if l != nil && l(namespace, name, role) {
+				return true
 			}
 		}
-		return nil, false
+		return false
 	}
 }
 
-func roleGroups(p *v1alpha1.AppProject, role string) ([]string, bool) {
+// hasRole reports whether p has a role named role; a nil p has none.
+func hasRole(p *v1alpha1.AppProject, role string) bool {
 	if p == nil {
-		return nil, false
+		return false
 	}
-	for _, r := range p.Spec.Roles {
-		if r.Name == role {
-			return r.Groups, true
-		}
-	}
-	return nil, false
+	return slices.ContainsFunc(p.Spec.Roles, func(r v1alpha1.ProjectRole) bool { return r.Name == role })
 }

@@ -99,10 +99,12 @@ func TestChains(t *testing.T) {
 		"sa-token": sa,
 		// A cluster authenticator mapping some token to a project identity.
 		"impostor-token": {Username: "deputy:project:team-a/alpha:deployer"},
+		// And one mapping a token into a project token's group.
+		"group-impostor-token": {Username: "eve", Groups: []string{"dev", "deputy:project:team-a/alpha"}},
 	})
 	reg := prometheus.NewRegistry()
 	chains := mustChains(t, chainsConfig{keyFile: keyFile, issuer: iss, registry: reg,
-		tokenFile: "alice-token,alice,uid-alice,dev\n"}, fc)
+		tokenFile: "alice-token,alice,uid-alice,dev\nmallory-token,mallory,uid-mallory,\"dev,deputy:project:team-a/alpha\"\n"}, fc)
 
 	project, _ := issue(t, pk, alphaDeployer(), time.Now())
 	rotatedKey := iss.addKey(t, "kid-2")
@@ -138,6 +140,10 @@ func TestChains(t *testing.T) {
 		{name: "a ServiceAccount token authenticates only in the API chain, through the cluster", token: "sa-token", webhook: "", api: sa.Username},
 		{name: "a cluster answer with deputy's project identity is refused", token: "impostor-token",
 			apiErr: "which only deputy's project tokens may carry"},
+		{name: "a cluster answer with a project token's group is refused", token: "group-impostor-token",
+			apiErr: "which only deputy's project tokens may carry"},
+		{name: "a static token with a project token's group is refused", token: "mallory-token",
+			wantErr: "the token-file authenticator returned user \"mallory\" with deputy's project token identity"},
 		{name: "an unknown token is unauthenticated everywhere", token: "nobody-token"},
 	}
 	for _, tc := range tests {

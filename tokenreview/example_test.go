@@ -79,9 +79,10 @@ func ExampleIssueProjectToken() {
 		Issuer:       "deputy.dev/project-tokens",
 		Keys:         []*tokenreview.VerificationKey{key.Public()},
 		APIAudiences: []string{"https://kubernetes.default.svc.cluster.local"},
-		// The role's groups, looked up on every use (here: a fixed project).
-		Roles: func(ns, name, role string) ([]string, bool) {
-			return []string{"team-a-deployers"}, ns == "team-a" && name == "alpha" && role == "deployer"
+		// Whether the role still exists, asked on every use (here: a fixed
+		// project). The token's groups never come from the role.
+		Roles: func(ns, name, role string) bool {
+			return ns == "team-a" && name == "alpha" && role == "deployer"
 		},
 		Revoked: func(jti string) bool { return false },
 	})
@@ -94,6 +95,6 @@ func ExampleIssueProjectToken() {
 	id, _ := tokenreview.ProjectOf(resp.User)
 	fmt.Println(id)
 	// Output:
-	// true deputy:project:team-a/alpha:deployer [team-a-deployers] true
+	// true deputy:project:team-a/alpha:deployer [deputy:project:team-a/alpha] true
 	// team-a/alpha
 }

@@ -51,7 +51,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"chain", "authenticator"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "deputy_project_token_rejections_total",
-			Help: "Project tokens refused, by reason (malformed, unknown_kid, signature, expired, not_yet_valid, audience, revoked, unknown_project_role).",
+			Help: "Project tokens refused, by reason (malformed, unknown_kid, signature, expired, not_yet_valid, lifetime, audience, revoked, unknown_project_role).",
 		}, []string{"reason"}),
 	}
 	for _, c := range []prometheus.Collector{m.attempts, m.duration, m.rejected} {

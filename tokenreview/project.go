@@ -18,12 +18,13 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 )
 
-// Project token identity: the user name prefix and the user extra keys that
-// carry the project and role. Only the project token authenticator may
-// produce them (see reserveProjectIdentity).
+// Project token identity: the user name and group prefix and the user extra
+// keys that carry the project and role. Only the project token authenticator
+// may produce them (see reserveProjectIdentity).
 const (
-	// ProjectUserPrefix starts the user name of every project token:
-	// deputy:project:NAMESPACE/NAME:ROLE.
+	// ProjectUserPrefix starts the user name of every project token,
+	// deputy:project:NAMESPACE/NAME:ROLE, and its only group,
+	// deputy:project:NAMESPACE/NAME (ProjectGroupName).
 	ProjectUserPrefix = "deputy:project:"
 	// ExtraProject is the user extra key holding "NAMESPACE/NAME" of the
 	// token's AppProject.
@@ -53,6 +54,16 @@ const MaxProjectTokenTTL = 90 * 24 * time.Hour
 // AppProject namespace/name.
 func ProjectUserName(namespace, name, role string) string {
 	return ProjectUserPrefix + namespace + "/" + name + ":" + role
+}
+
+// ProjectGroupName is the one group every project token of the AppProject
+// namespace/name carries, whatever its role: deputy:project:NAMESPACE/NAME.
+// Bind RBAC to it (or to ProjectUserName for one role). A project token's
+// groups derive from nothing else: spec.roles[].groups are, as in Argo CD,
+// the OIDC groups granted the role, never groups its tokens carry, so no
+// field a project admin writes puts a token into another Kubernetes group.
+func ProjectGroupName(namespace, name string) string {
+	return ProjectUserPrefix + namespace + "/" + name
 }
 
 // ProjectTokenRequest describes a project token to issue.
@@ -153,11 +164,12 @@ func IssueProjectToken(key *SigningKey, req ProjectTokenRequest, now time.Time) 
 	return token, info, nil
 }
 
-// ProjectRoleLookup returns the groups of role in the deputy.dev AppProject
-// namespace/name, and ok=false when the project or the role does not exist.
-// It is called on every verification, so a deleted project or role stops its
-// tokens at once.
-type ProjectRoleLookup func(namespace, name, role string) (groups []string, ok bool)
+// ProjectRoleLookup reports whether the deputy.dev AppProject namespace/name
+// has the role role (spec.roles[].name). It is called on every verification,
+// so a deleted project or role stops its tokens at once. Only the role's
+// existence counts: what the role lists (groups, policies) never reaches the
+// token's identity (see ProjectGroupName).
+type ProjectRoleLookup func(namespace, name, role string) bool
 
 // ProjectTokenOptions configure NewProjectTokenAuthenticator.
 type ProjectTokenOptions struct {
@@ -167,7 +179,8 @@ type ProjectTokenOptions struct {
 	Keys []*VerificationKey
 	// Revoked reports whether a jti is revoked; nil revokes nothing.
 	Revoked func(jti string) bool
-	// Roles finds the role's groups; nil finds no role (every token fails).
+	// Roles reports whether the token's project role exists; nil finds no
+	// role (every token fails).
 	Roles ProjectRoleLookup
 	// APIAudiences are the audiences checked when the context carries none,
 	// as kube-apiserver's ServiceAccount token authenticator does.
@@ -189,9 +202,6 @@ const (
 	ProjectRejectAudience   = "audience"
 	ProjectRejectRevoked    = "revoked"
 	ProjectRejectNoRole     = "unknown_project_role"
-	// ProjectRejectSystemGroup: the role names a system: group (e.g.
-	// system:masters), which a project token never carries.
-	ProjectRejectSystemGroup = "system_group"
 	// ProjectRejectLifetime: the token lives longer than MaxProjectTokenTTL.
 	ProjectRejectLifetime = "lifetime"
 )
@@ -327,23 +337,18 @@ func (a *ProjectTokenAuthenticator) authenticate(ctx context.Context, token stri
 		a.rejected(ProjectRejectNoRole)
 		return nil, true
 	}
-	groups, ok := a.roles(p.Namespace, p.Name, p.Role)
-	if !ok {
+	if !a.roles(p.Namespace, p.Name, p.Role) {
 		a.rejected(ProjectRejectNoRole)
 		return nil, true
 	}
-	// A project role must not lift its tokens into the cluster's built-in
-	// groups (system:masters would be cluster-admin, through kube-apiserver
-	// and deputy's API alike): anyone who may edit the AppProject would
-	// otherwise hold them.
-	if slices.ContainsFunc(groups, func(g string) bool { return strings.HasPrefix(g, "system:") }) {
-		a.rejected(ProjectRejectSystemGroup)
-		return nil, true
-	}
+	// The identity derives from the signed project and role alone. The
+	// role's spec.roles[].groups are never carried: whoever may edit the
+	// AppProject would otherwise choose the token's Kubernetes groups
+	// (kubeadm:cluster-admins, system:masters) at its next use.
 	return &authenticator.Response{
 		User: &user.DefaultInfo{
 			Name:   std.Subject,
-			Groups: slices.Clone(groups),
+			Groups: []string{ProjectGroupName(p.Namespace, p.Name)},
 			Extra: map[string][]string{
 				ExtraProject:      {p.Namespace + "/" + p.Name},
 				ExtraProjectRole:  {p.Role},

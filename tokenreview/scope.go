@@ -46,15 +46,18 @@ func ProjectOf(u user.Info) (id ProjectIdentity, ok bool) {
 }
 
 // CheckProjectScope returns nil when u may act on app as far as projects are
-// concerned: u is not restricted to a project (ProjectOf), or app belongs to
-// u's project (the deputy.dev AppProject spec.project in the Application's
-// namespace). Otherwise it returns the reason to refuse with 403, naming both
-// projects; a nil app (unknown Application) is refused too, so a project
-// token cannot probe for other projects' Applications.
+// concerned: u is not restricted to a project (ProjectOf), or project, the
+// AppProject app uses (policy.ResolveAppProject: in a project namespace, the
+// Application's namespace admitted by its sourceNamespaces), is u's project.
+// Otherwise it returns the reason to refuse with 403, naming both projects; a
+// nil app (unknown Application) or a nil project (app may use none) is
+// refused too, so a project token cannot probe for other projects'
+// Applications.
 //
-// It only restricts: authorization (RBAC on the role's groups) must still
-// allow the request.
-func CheckProjectScope(u user.Info, app *v1alpha1.Application) error {
+// It only restricts: authorization (RBAC on the token's user
+// deputy:project:NAMESPACE/NAME:ROLE or group deputy:project:NAMESPACE/NAME)
+// must still allow the request.
+func CheckProjectScope(u user.Info, app *v1alpha1.Application, project *v1alpha1.AppProject) error {
 	id, restricted := ProjectOf(u)
 	if !restricted {
 		return nil
@@ -65,9 +68,13 @@ func CheckProjectScope(u user.Info, app *v1alpha1.Application) error {
 	if app == nil {
 		return fmt.Errorf("the project token of AppProject %q may only act on Applications of that project", id.String())
 	}
-	if app.Namespace == id.Namespace && app.Spec.Project == id.Name {
+	if project != nil && project.Namespace == id.Namespace && project.Name == id.Name {
 		return nil
 	}
-	return fmt.Errorf("the project token of AppProject %q may only act on Applications of that project; Application %q belongs to AppProject %q",
-		id.String(), app.Namespace+"/"+app.Name, app.Namespace+"/"+app.Spec.Project)
+	belongs := fmt.Sprintf("names AppProject %q, which it may not use", app.Spec.Project)
+	if project != nil {
+		belongs = fmt.Sprintf("belongs to AppProject %q", project.Namespace+"/"+project.Name)
+	}
+	return fmt.Errorf("the project token of AppProject %q may only act on Applications of that project; Application %q %s",
+		id.String(), app.Namespace+"/"+app.Name, belongs)
 }

@@ -3,7 +3,9 @@ package tokenreview_test
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,16 +23,27 @@ func app(ns, name, project string) *v1alpha1.Application {
 	return &v1alpha1.Application{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: v1alpha1.ApplicationSpec{Project: project}}
 }
 
+// projectOf is the AppProject app resolves to when projects live next to
+// their Applications.
+func projectOf(a *v1alpha1.Application) *v1alpha1.AppProject {
+	if a == nil {
+		return nil
+	}
+	return &v1alpha1.AppProject{ObjectMeta: metav1.ObjectMeta{Namespace: a.Namespace, Name: a.Spec.Project}}
+}
+
 func TestCheckProjectScope(t *testing.T) {
 	projectUser := func(extra map[string][]string) user.Info {
 		return &user.DefaultInfo{Name: "deputy:project:team-a/alpha:deployer", Extra: extra}
 	}
 	alpha := map[string][]string{tokenreview.ExtraProject: {"team-a/alpha"}, tokenreview.ExtraProjectRole: {"deployer"}}
 	tests := []struct {
-		name    string
-		user    user.Info
-		app     *v1alpha1.Application
-		wantErr string
+		name      string
+		user      user.Info
+		app       *v1alpha1.Application
+		project   *v1alpha1.AppProject // default: projectOf(app)
+		noProject bool
+		wantErr   string
 	}{
 		{name: "a user without a project is not restricted", user: &user.DefaultInfo{Name: "alice"}, app: app("team-b", "web", "beta")},
 		{name: "a project token may act on its project's Application", user: projectUser(alpha), app: app("team-a", "web", "alpha")},
@@ -39,6 +52,10 @@ func TestCheckProjectScope(t *testing.T) {
 		{name: "a project of the same name in another namespace is another project", user: projectUser(alpha), app: app("team-b", "web", "alpha"),
 			wantErr: `belongs to AppProject "team-b/alpha"`},
 		{name: "an unknown Application is refused", user: projectUser(alpha), app: nil, wantErr: "may only act on Applications of that project"},
+		{name: "an Application elsewhere that uses the project is in scope", user: projectUser(alpha), app: app("apps", "web", "alpha"),
+			project: &v1alpha1.AppProject{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "alpha"}}},
+		{name: "an Application that may use no project is refused", user: projectUser(alpha), app: app("team-a", "web", "alpha"), noProject: true,
+			wantErr: `names AppProject "alpha", which it may not use`},
 		{name: "a malformed project extra matches nothing", user: projectUser(map[string][]string{tokenreview.ExtraProject: {"alpha"}}),
 			app: app("team-a", "web", "alpha"), wantErr: "malformed"},
 		{name: "two project values match nothing", user: projectUser(map[string][]string{tokenreview.ExtraProject: {"team-a/alpha", "team-b/beta"}}),
@@ -46,7 +63,11 @@ func TestCheckProjectScope(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			err := tokenreview.CheckProjectScope(tc.user, tc.app)
+			project := tc.project
+			if project == nil && !tc.noProject {
+				project = projectOf(tc.app)
+			}
+			err := tokenreview.CheckProjectScope(tc.user, tc.app, project)
 			switch {
 			case tc.wantErr == "" && err != nil:
 				t.Errorf("CheckProjectScope() = %v, want nil", err)
@@ -81,23 +102,87 @@ func TestProjectRoleLookups(t *testing.T) {
 	first := tokenreview.FirstProjectRoles(snapshot, nil, cluster)
 
 	for _, tc := range []struct {
-		name            string
-		lookup          tokenreview.ProjectRoleLookup
-		ns, proj, role  string
-		wantOK          bool
-		wantFirstGroups string
+		name           string
+		lookup         tokenreview.ProjectRoleLookup
+		ns, proj, role string
+		want           bool
 	}{
-		{"a deputy.dev project's role is found", cluster, "team-a", "alpha", "deployer", true, "cluster-deployers"},
-		{"an argoproj.io project is not a deputy project", cluster, "argocd", "alpha", "deployer", false, ""},
-		{"a missing role is not found", cluster, "team-a", "alpha", "admin", false, ""},
-		{"nothing is found before the cluster is read", none, "team-a", "alpha", "deployer", false, ""},
-		{"nothing is found before a policy is loaded", snapshot, "team-a", "alpha", "deployer", false, ""},
-		{"the first lookup that finds the role answers", first, "team-a", "alpha", "deployer", true, "cluster-deployers"},
+		{"a deputy.dev project's role is found", cluster, "team-a", "alpha", "deployer", true},
+		{"an argoproj.io project is not a deputy project", cluster, "argocd", "alpha", "deployer", false},
+		{"a missing role is not found", cluster, "team-a", "alpha", "admin", false},
+		{"nothing is found before the cluster is read", none, "team-a", "alpha", "deployer", false},
+		{"nothing is found before a policy is loaded", snapshot, "team-a", "alpha", "deployer", false},
+		{"the first lookup that finds the role answers", first, "team-a", "alpha", "deployer", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			groups, ok := tc.lookup(tc.ns, tc.proj, tc.role)
-			if ok != tc.wantOK || strings.Join(groups, ",") != tc.wantFirstGroups {
-				t.Errorf("lookup = %v, %t; want %q, %t", groups, ok, tc.wantFirstGroups, tc.wantOK)
+			if got := tc.lookup(tc.ns, tc.proj, tc.role); got != tc.want {
+				t.Errorf("lookup(%s/%s, %s) = %t, want %t", tc.ns, tc.proj, tc.role, got, tc.want)
+			}
+		})
+	}
+}
+
+// A project admin may write any group into spec.roles[].groups (Argo CD's
+// OIDC groups granted the role); the role's existing tokens keep
+// authenticating with the identity derived from the project and role alone.
+func TestProjectTokenGroupsNeverComeFromTheRole(t *testing.T) {
+	k := newTestKey(t)
+	vk, err := tokenreview.ParseVerificationKey(k.publicPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var state atomic.Pointer[policy.ClusterState]
+	setRoles := func(roles ...v1alpha1.ProjectRole) {
+		state.Store(&policy.ClusterState{Projects: []policy.Project{{Group: v1alpha1.Group, Object: &v1alpha1.AppProject{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "alpha"}, Spec: v1alpha1.AppProjectSpec{Roles: roles}}}}})
+	}
+	var reasons []string
+	a, err := tokenreview.NewProjectTokenAuthenticator(tokenreview.ProjectTokenOptions{
+		Issuer: testProjectIssuer, Keys: []*tokenreview.VerificationKey{vk}, APIAudiences: apiAudiences,
+		Roles:    tokenreview.ClusterProjectRoles(state.Load),
+		Rejected: func(r string) { reasons = append(reasons, r) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deployer, _ := issue(t, k, alphaDeployer(), time.Now())
+	reviewer := tokenreview.NewReviewer(a, apiAudiences)
+	wantGroups := []string{"deputy:project:team-a/alpha"}
+
+	for _, tc := range []struct {
+		name  string
+		roles []v1alpha1.ProjectRole
+		want  bool
+	}{
+		{"a role naming kubeadm:cluster-admins authenticates with exactly the project group",
+			[]v1alpha1.ProjectRole{{Name: "deployer", Groups: []string{"kubeadm:cluster-admins"}}}, true},
+		{"a role whose groups were changed after the token was issued still carries only the project group",
+			[]v1alpha1.ProjectRole{{Name: "deployer", Groups: []string{"system:masters", "deputy:project:team-b/beta", "team-a-deployers"}}}, true},
+		{"a role without groups carries the project group",
+			[]v1alpha1.ProjectRole{{Name: "deployer"}}, true},
+		{"another role's groups do not reach the token",
+			[]v1alpha1.ProjectRole{{Name: "admin", Groups: []string{"kubeadm:cluster-admins"}}, {Name: "deployer"}}, true},
+		{"a deleted role stops the token",
+			[]v1alpha1.ProjectRole{{Name: "admin", Groups: []string{"kubeadm:cluster-admins"}}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			setRoles(tc.roles...)
+			reasons = nil
+			status, err := reviewer.Review(t.Context(), authenticationv1.TokenReviewSpec{Token: deployer})
+			if err != nil {
+				t.Fatalf("Review() error = %v", err)
+			}
+			if status.Authenticated != tc.want || status.Error != "" {
+				t.Fatalf("authenticated = %t (error %q, rejections %v), want %t", status.Authenticated, status.Error, reasons, tc.want)
+			}
+			if !tc.want {
+				if !slices.Equal(reasons, []string{tokenreview.ProjectRejectNoRole}) {
+					t.Errorf("rejections %v, want [%s]", reasons, tokenreview.ProjectRejectNoRole)
+				}
+				return
+			}
+			if status.User.Username != "deputy:project:team-a/alpha:deployer" || !slices.Equal(status.User.Groups, wantGroups) {
+				t.Errorf("user %q groups %q, want deputy:project:team-a/alpha:deployer with exactly %q", status.User.Username, status.User.Groups, wantGroups)
 			}
 		})
 	}

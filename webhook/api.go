@@ -67,21 +67,30 @@ type ApplicationStore interface {
 	//
 	// Errors: policy.ErrNotLoaded while nothing has been loaded yet.
 	Application(namespace, name string) (*v1alpha1.Application, error)
-	// AppProject returns the AppProject that governs app: the deputy.dev
-	// AppProject named spec.project in the Application's namespace, or nil.
+	// AppProject returns the deputy.dev AppProject that governs app
+	// (policy.ResolveAppProject over the project namespaces).
+	//
+	// Errors: one matching policy.ErrProjectNotUsable when app may use no
+	// project (none of that name where projects live, or the project does
+	// not admit app's namespace), naming the fix; policy.ErrNotLoaded while
+	// nothing has been loaded yet.
 	AppProject(app *v1alpha1.Application) (*v1alpha1.AppProject, error)
 }
 
 // SnapshotApplications is the ApplicationStore of file mode: the Applications
-// and AppProjects of the current policy snapshot.
-func SnapshotApplications(current func() *policy.Snapshot) ApplicationStore {
-	return snapshotApplications(current)
+// and AppProjects of the current policy snapshot; an Application's project
+// is looked up in projectNamespaces (sync.projectNamespaces).
+func SnapshotApplications(current func() *policy.Snapshot, projectNamespaces []string) ApplicationStore {
+	return snapshotApplications{current: current, projectNamespaces: projectNamespaces}
 }
 
-type snapshotApplications func() *policy.Snapshot
+type snapshotApplications struct {
+	current           func() *policy.Snapshot
+	projectNamespaces []string
+}
 
 func (f snapshotApplications) Application(namespace, name string) (*v1alpha1.Application, error) {
-	snap := f()
+	snap := f.current()
 	if snap == nil {
 		return nil, policy.ErrNotLoaded
 	}
@@ -93,11 +102,11 @@ func (f snapshotApplications) Application(namespace, name string) (*v1alpha1.App
 }
 
 func (f snapshotApplications) AppProject(app *v1alpha1.Application) (*v1alpha1.AppProject, error) {
-	snap := f()
+	snap := f.current()
 	if snap == nil {
 		return nil, policy.ErrNotLoaded
 	}
-	return snap.DeputyAppProject(app.Namespace, app.Spec.Project), nil
+	return policy.ResolveAppProject(app, f.projectNamespaces, snap.DeputyAppProject)
 }
 
 // APIOptions configure the APIHandler. Every field is required except
@@ -216,7 +225,12 @@ func (h *APIHandler) lookup(w http.ResponseWriter, r *http.Request, verb, subres
 	if err == nil {
 		if u := apiUser(r.Context()); u != nil {
 			if _, restricted := tokenreview.ProjectOf(u); restricted {
-				if serr := tokenreview.CheckProjectScope(u, app); serr != nil {
+				serr := checkProjectScope(h.opts.Applications, u, app)
+				if errors.Is(serr, policy.ErrNotLoaded) {
+					writeAPIError(w, apierrors.NewServiceUnavailable("deputy has not loaded its policy yet; see /readyz"), "")
+					return nil, false
+				}
+				if serr != nil {
 					attrs := authorizer.AttributesRecord{User: u, Verb: verb, Namespace: namespace, APIGroup: v1alpha1.Group,
 						Resource: applicationsResource.Resource, Subresource: subresource, Name: name, ResourceRequest: true}
 					writeAPIError(w, responsewriters.ForbiddenStatusError(attrs, serr.Error()), "")
@@ -252,14 +266,13 @@ func (h *APIHandler) sync(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	project, err := h.opts.Applications.AppProject(app)
-	if err != nil {
-		writeAPIError(w, apierrors.NewServiceUnavailable(err.Error()), "")
+	if errors.Is(err, policy.ErrProjectNotUsable) {
+		writeAPIError(w, apierrors.NewInvalid(schema.GroupKind{Group: v1alpha1.Group, Kind: v1alpha1.KindApplication}, name, nil),
+			strings.TrimPrefix(err.Error(), policy.ErrProjectNotUsable.Error()+": "))
 		return
 	}
-	if project == nil {
-		writeAPIError(w, apierrors.NewInvalid(schema.GroupKind{Group: v1alpha1.Group, Kind: v1alpha1.KindApplication}, name, nil),
-			fmt.Sprintf("Application %q references AppProject %q, which does not exist: create a deputy.dev AppProject named %q in namespace %q",
-				ns+"/"+name, app.Spec.Project, app.Spec.Project, ns))
+	if err != nil {
+		writeAPIError(w, apierrors.NewServiceUnavailable(err.Error()), "")
 		return
 	}
 	u := apiUser(r.Context())

@@ -203,7 +203,7 @@ func newAPIFixture(t *testing.T, snap func() *policy.Snapshot, options ...apiFix
 	auds := []string{"https://kubernetes.default.svc.cluster.local"}
 	ca := newTestCA(t, "api-client-ca")
 	verify := newSwitchableVerifier(ca.pool())
-	apiAuthz, err := NewAPIAuthorizer(NewProjectScopeAuthorizer(SnapshotApplications(snap)), authz, nil)
+	apiAuthz, err := NewAPIAuthorizer(NewProjectScopeAuthorizer(SnapshotApplications(snap, []string{"*"})), authz, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func newAPIFixture(t *testing.T, snap func() *policy.Snapshot, options ...apiFix
 			}
 			return nil
 		},
-		Applications: SnapshotApplications(snap),
+		Applications: SnapshotApplications(snap, []string{"*"}),
 		Operations:   ops,
 		Log:          log,
 	}
@@ -371,7 +371,7 @@ func TestAPIAuthorization(t *testing.T) {
 		},
 		{
 			name: "an Application whose AppProject is missing cannot sync", method: http.MethodPost, path: APIPrefix + "/namespaces/guestbook/applications/orphan/sync", token: aliceAPIToken, wantCode: 422,
-			wantMessage: `Application "guestbook/orphan" references AppProject "missing", which does not exist: create a deputy.dev AppProject named "missing" in namespace "guestbook"`,
+			wantMessage: `Application "guestbook/orphan" references AppProject "missing", which does not exist in its namespace: create a deputy.dev AppProject named "missing" in namespace "guestbook"`,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -179,11 +179,32 @@ func NewProjectScopeAuthorizer(apps ApplicationStore) authorizer.Authorizer {
 		}
 		// A missing Application is refused too (403, not 404): a project
 		// token learns nothing about other projects' Applications.
-		if err := tokenreview.CheckProjectScope(a.GetUser(), app); err != nil {
+		if err := checkProjectScope(apps, a.GetUser(), app); err != nil {
+			if errors.Is(err, policy.ErrNotLoaded) {
+				return authorizer.DecisionNoOpinion, "", nil
+			}
 			return authorizer.DecisionDeny, err.Error(), nil
 		}
 		return authorizer.DecisionNoOpinion, "", nil
 	})
+}
+
+// checkProjectScope is tokenreview.CheckProjectScope with app's AppProject
+// resolved by apps (a project app may not use is no project: refused).
+// Errors: policy.ErrNotLoaded while projects are not loaded; the scope's
+// refusal.
+func checkProjectScope(apps ApplicationStore, u user.Info, app *v1alpha1.Application) error {
+	var project *v1alpha1.AppProject
+	if app != nil {
+		p, err := apps.AppProject(app)
+		switch {
+		case errors.Is(err, policy.ErrNotLoaded):
+			return err
+		case err == nil:
+			project = p
+		}
+	}
+	return tokenreview.CheckProjectScope(u, app, project)
 }
 
 // requestInfoResolver resolves deputy's API paths as kube-apiserver does

@@ -25,9 +25,12 @@ const appProjectResource = "appprojects"
 //
 // For CREATE and UPDATE of appprojects (not their subresources) it decodes
 // the request's object into deputy's AppProject type (argoproj.io objects
-// leniently, since Argo CD's type has many fields deputy does not model;
-// deputy.dev objects strictly, so an unknown or repeated field is reported
-// with its path) and runs policy.ValidateAppProject, which applies Argo CD's
+// leniently, since they are Argo CD's to accept, with a warning when
+// policy.DecodeAppProject refuses a field deputy's gate cannot honour, such as
+// permitOnlyProjectScopedClusters or a field Argo CD's schema lacks: the
+// project then grants nothing through the gate; deputy.dev objects strictly,
+// so an unknown or repeated field is reported with its path) and runs
+// policy.ValidateAppProject, which applies Argo CD's
 // ValidateProject rules and messages (argo-cd
 // pkg/apis/application/v1alpha1/app_project_types.go) and deputy's stricter
 // ones; Argo CD itself runs them only in its own API server, not at
@@ -68,10 +71,20 @@ func (v *appProjectValidator) Handle(_ context.Context, req admission.Request) a
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
+	var refused []string
+	if group == v1alpha1.ArgoCDGroup {
+		// The object is Argo CD's to accept; deputy says whether its gate
+		// will honour it (a field deputy cannot honour makes the project
+		// grant nothing through deputy's impersonation gate).
+		if _, err := policy.DecodeAppProject(group, req.Object.Raw); errors.Is(err, policy.ErrProjectRefused) {
+			refused = append(refused, "deputy's impersonation gate will grant nothing through this AppProject: "+err.Error())
+		}
+	}
 
 	errs, warnings := policy.ValidateAppProject(proj)
+	warnings = append(refused, warnings...)
 	if !v.lintWarnings {
-		warnings = nil
+		warnings = refused
 	}
 	if len(errs) == 0 {
 		return admission.Allowed("").WithWarnings(warnings...)

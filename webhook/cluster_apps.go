@@ -2,10 +2,7 @@ package webhook
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"os"
-	"strings"
 
 	"k8s.io/client-go/rest"
 
@@ -16,24 +13,14 @@ import (
 	"deputy.dev/deputy/syncer"
 )
 
-// serviceAccountNamespaceFile is where a Pod finds its namespace.
-const serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-
 // LeaseNamespace resolves sync.leaderElection.leaseNamespace: the configured
-// value, else the POD_NAMESPACE environment variable (the manifests set it
-// from the downward API), else the in-cluster ServiceAccount's namespace,
-// else deputy-system.
+// value, else deputy's own namespace (config.OwnNamespace: POD_NAMESPACE, the
+// in-cluster ServiceAccount's namespace, else deputy-system).
 func LeaseNamespace(configured string) string {
 	if configured != "" {
 		return configured
 	}
-	if ns := strings.TrimSpace(os.Getenv("POD_NAMESPACE")); ns != "" {
-		return ns
-	}
-	if b, err := os.ReadFile(serviceAccountNamespaceFile); err == nil && strings.TrimSpace(string(b)) != "" {
-		return strings.TrimSpace(string(b))
-	}
-	return config.DefaultLeaseNamespace
+	return config.OwnNamespace()
 }
 
 // newController builds cluster mode's Application controller from the
@@ -45,7 +32,7 @@ func newController(cfg *config.DeputyConfiguration, restCfg *rest.Config, runner
 		Config:          rest.CopyConfig(restCfg),
 		Runner:          runner,
 		Revisions:       revisions,
-		Projects:        ClusterProjects(state),
+		Projects:        ClusterProjects(state, cfg.Sync.ProjectNamespaces),
 		Workers:         cfg.Sync.Parallelism,
 		ReconcilePeriod: cfg.Sync.ReconcilePeriod.Duration,
 		ShutdownGrace:   cfg.Shutdown.GracePeriod.Duration,
@@ -58,29 +45,35 @@ func newController(cfg *config.DeputyConfiguration, restCfg *rest.Config, runner
 	})
 }
 
-// ClusterProjects looks up deputy.dev AppProjects in the cluster state
-// (the AppProjects cluster mode reads for the impersonation gate): it returns
-// a copy of namespace/name, nil when there is none, and policy.ErrNotLoaded
-// until the cluster has been listed.
-func ClusterProjects(state authorizer.ClusterStateFunc) func(namespace, name string) (*v1alpha1.AppProject, error) {
-	return func(namespace, name string) (*v1alpha1.AppProject, error) {
+// ClusterProjects resolves an Application's deputy.dev AppProject in the
+// cluster state (the AppProjects cluster mode reads for the impersonation
+// gate) with policy.ResolveAppProject over projectNamespaces: it returns a
+// copy of the project, an error matching policy.ErrProjectNotUsable when the
+// Application may use none, and policy.ErrNotLoaded until the cluster has
+// been listed.
+func ClusterProjects(state authorizer.ClusterStateFunc, projectNamespaces []string) func(app *v1alpha1.Application) (*v1alpha1.AppProject, error) {
+	return func(app *v1alpha1.Application) (*v1alpha1.AppProject, error) {
 		st := state()
 		if st == nil || !st.Synced {
 			return nil, policy.ErrNotLoaded
 		}
-		return st.DeputyAppProject(namespace, name).DeepCopy(), nil
+		p, err := policy.ResolveAppProject(app, projectNamespaces, st.DeputyAppProject)
+		if err != nil {
+			return nil, err
+		}
+		return p.DeepCopy(), nil
 	}
 }
 
 // ClusterApplications is the ApplicationStore of cluster mode: Applications
 // from the controller's informer, AppProjects from projects.
-func ClusterApplications(c *syncer.Controller, projects func(namespace, name string) (*v1alpha1.AppProject, error)) ApplicationStore {
+func ClusterApplications(c *syncer.Controller, projects func(app *v1alpha1.Application) (*v1alpha1.AppProject, error)) ApplicationStore {
 	return clusterApplications{c: c, projects: projects}
 }
 
 type clusterApplications struct {
 	c        *syncer.Controller
-	projects func(namespace, name string) (*v1alpha1.AppProject, error)
+	projects func(app *v1alpha1.Application) (*v1alpha1.AppProject, error)
 }
 
 func (a clusterApplications) Application(namespace, name string) (*v1alpha1.Application, error) {
@@ -88,7 +81,7 @@ func (a clusterApplications) Application(namespace, name string) (*v1alpha1.Appl
 }
 
 func (a clusterApplications) AppProject(app *v1alpha1.Application) (*v1alpha1.AppProject, error) {
-	return a.projects(app.Namespace, app.Spec.Project)
+	return a.projects(app)
 }
 
 // gitPushTargets are what the Git push webhook acts on: every Application
@@ -105,7 +98,7 @@ func (p PushEvent) initiator() string { return "git-webhook:" + p.Provider }
 // fileGitPushTargets are the push webhook's targets in file mode: the
 // Applications of the policy files, synced by this process's operations
 // queue (automated ones only, with their automated prune setting).
-func fileGitPushTargets(current func() *policy.Snapshot, ops *syncer.Operations) gitPushTargets {
+func fileGitPushTargets(current func() *policy.Snapshot, projectNamespaces []string, ops *syncer.Operations) gitPushTargets {
 	return gitPushTargets{
 		list: func() ([]*v1alpha1.Application, error) {
 			snap := current()
@@ -126,11 +119,11 @@ func fileGitPushTargets(current func() *policy.Snapshot, ops *syncer.Operations)
 			if snap == nil {
 				return policy.ErrNotLoaded
 			}
-			project := snap.DeputyAppProject(app.Namespace, app.Spec.Project)
-			if project == nil {
-				return fmt.Errorf("Application %s/%s references AppProject %q, which does not exist", app.Namespace, app.Name, app.Spec.Project)
+			project, err := policy.ResolveAppProject(app, projectNamespaces, snap.DeputyAppProject)
+			if err != nil {
+				return err
 			}
-			_, err := ops.Start(ctx, app, project, v1alpha1.SyncOperation{Prune: app.Spec.SyncPolicy.Automated.Prune},
+			_, err = ops.Start(ctx, app, project, v1alpha1.SyncOperation{Prune: app.Spec.SyncPolicy.Automated.Prune},
 				v1alpha1.InitiatedBy{Username: push.initiator(), Automated: true})
 			return err
 		},

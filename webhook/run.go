@@ -107,6 +107,7 @@ func Run(ctx context.Context, cfg *config.DeputyConfiguration, log *slog.Logger,
 	var gate atomic.Pointer[authorizer.Gate]
 	var clusterState authorizer.ClusterStateFunc
 	var clusterRESTConfig *rest.Config // cluster mode: deputy's own identity
+	var refreshResources func()        // cluster mode: ask discovery again
 	if cfg.Cluster.Kubeconfig != "" || cfg.Cluster.InCluster {
 		restCfg, err := ClusterRESTConfig(cfg.Cluster)
 		if err != nil {
@@ -129,6 +130,7 @@ func Run(ctx context.Context, cfg *config.DeputyConfiguration, log *slog.Logger,
 		defer func() { cancel(); <-done }()
 		clusterState = cluster.Current
 		clusterRESTConfig = restCfg
+		refreshResources = cluster.RefreshResources
 		readiness = append(readiness, ReadinessCheck{Name: "cluster", Check: clusterReady(cluster)})
 	}
 
@@ -152,6 +154,7 @@ func Run(ctx context.Context, cfg *config.DeputyConfiguration, log *slog.Logger,
 	if err != nil {
 		return err
 	}
+	gateOpts.RefreshResources = refreshResources
 	gate.Store(authorizer.NewGate(gateOpts, source.Current, clusterState))
 	source.OnChange(func(*policy.Snapshot) { gate.Load().Refresh() })
 	// The gate goes first: its Deny of an impersonation must be final.
@@ -213,7 +216,7 @@ func Run(ctx context.Context, cfg *config.DeputyConfiguration, log *slog.Logger,
 		// Stop (drain, release the Lease) before returning.
 		defer func() { cancel(); <-controllerDone }()
 		syncs = controller
-		apps = ClusterApplications(controller, ClusterProjects(clusterState))
+		apps = ClusterApplications(controller, ClusterProjects(clusterState, cfg.Sync.ProjectNamespaces))
 		pushTargets = gitPushTargets{list: controller.Applications, trigger: func(ctx context.Context, app *v1alpha1.Application, push PushEvent) error {
 			return controller.Trigger(ctx, app, v1alpha1.InitiatedBy{Username: push.initiator()})
 		}}
@@ -227,8 +230,8 @@ func Run(ctx context.Context, cfg *config.DeputyConfiguration, log *slog.Logger,
 			}
 		}()
 		syncs = ops
-		apps = SnapshotApplications(source.Current)
-		pushTargets = fileGitPushTargets(source.Current, ops)
+		apps = SnapshotApplications(source.Current, cfg.Sync.ProjectNamespaces)
+		pushTargets = fileGitPushTargets(source.Current, cfg.Sync.ProjectNamespaces, ops)
 	}
 	apiAuthn, requestHeader, err := newAPIAuthentication(runCtx, cfg.API, tokens, clientCAVerify)
 	if err != nil {
@@ -417,12 +420,23 @@ func newSyncRunner(cfg *config.DeputyConfiguration, log *slog.Logger) (syncer.Ru
 		}
 	}
 	engine, err := syncer.NewEngine(syncer.EngineOptions{
-		Clusters:        newSyncClusters(cfg.Sync.Clusters, log),
-		Impersonation:   syncer.ImpersonationSettings{Enabled: cfg.Sync.Impersonation.Enabled, Enforced: cfg.Sync.Impersonation.IsEnforced()},
-		RepoCredentials: creds,
-		Secrets:         secrets,
-		CacheDir:        cfg.Sync.CacheDir,
-		Logger:          logr.FromSlogHandler(log.Handler()),
+		Clusters:          newSyncClusters(cfg.Sync.Clusters, log),
+		Impersonation:     syncer.ImpersonationSettings{Enabled: cfg.Sync.Impersonation.Enabled, Enforced: cfg.Sync.Impersonation.IsEnforced()},
+		RepoCredentials:   creds,
+		Secrets:           secrets,
+		CacheDir:          cfg.Sync.CacheDir,
+		LocalRepositories: cfg.Sync.LocalRepositories,
+		Kustomize: syncer.KustomizeOptions{RemoteResources: cfg.Sync.Kustomize.RemoteResources,
+			RemoteTimeout: cfg.Sync.Kustomize.RemoteTimeout.Duration},
+		Limits: syncer.Limits{
+			MaxFileBytes:     cfg.Sync.Limits.MaxFileBytes.Value(),
+			MaxRenderBytes:   cfg.Sync.Limits.MaxRenderBytes.Value(),
+			MaxFiles:         cfg.Sync.Limits.MaxFiles,
+			MaxObjects:       cfg.Sync.Limits.MaxObjects,
+			MaxFetchBytes:    cfg.Sync.Limits.MaxFetchBytes.Value(),
+			OperationTimeout: cfg.Sync.Limits.OperationTimeout.Duration,
+		},
+		Logger: logr.FromSlogHandler(log.Handler()),
 	})
 	if err != nil {
 		log.Error("sync engine not available", "error", err.Error())

@@ -84,6 +84,7 @@ func TestRunServesTheSyncAPI(t *testing.T) {
 	cfg.TLS.CertDir = filepath.Join(dir, "certs")
 	cfg.Policy.Paths = []string{policyDir}
 	cfg.Sync.CacheDir = filepath.Join(dir, "repos")
+	cfg.Sync.ProjectNamespaces = []string{"guestbook"} // the test policy's AppProject lives next to its Application
 	if errs := config.Validate(cfg); len(errs) > 0 {
 		t.Fatal(errs)
 	}

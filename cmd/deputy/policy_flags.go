@@ -28,7 +28,8 @@ func loadPolicyOnce(configFile string, paths []string) (*policy.Snapshot, string
 		src = policy.NewFileSource([]string{"."}, policy.FileSourceOptions{FS: examples.FS})
 		what = "the embedded example policy"
 	} else {
-		src = policy.NewFileSource(paths, policy.FileSourceOptions{})
+		// One read, no watching: nothing to wait to settle.
+		src = policy.NewFileSource(paths, policy.FileSourceOptions{SettleInterval: -1})
 	}
 	if err := src.Load(); err != nil {
 		return nil, what, err

@@ -142,7 +142,7 @@ func startSyncServer(t *testing.T, cert *tls.Certificate, clientCA *x509.CertPoo
 			Tokens: tokenreview.NewChain(auds, func() *policy.TokenSet { return snap.TokenSetOf() }), ClientCA: verify}),
 		APIAudiences: auds,
 		Authorizer:   apiAuthz,
-		Applications: webhook.SnapshotApplications(current),
+		Applications: webhook.SnapshotApplications(current, []string{"guestbook"}),
 		Operations:   ops,
 	})
 	srv := httptest.NewUnstartedServer(h)
@@ -380,7 +380,7 @@ func TestValidateCountsApplicationsAndWarnsAboutMissingProjects(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d\n%s%s", code, out, errOut)
 	}
-	for _, w := range []string{"1 Applications", `warning: ` + filepath.Join(dir, "apps.yaml") + ` document 1 Application team-a/web: AppProject "web" not found`} {
+	for _, w := range []string{"1 Applications", `warning: ` + filepath.Join(dir, "apps.yaml") + ` document 1 Application team-a/web: Application "team-a/web" references AppProject "web", which does not exist in the project namespaces`} {
 		if !strings.Contains(out, w) {
 			t.Errorf("output lacks %q:\n%s", w, out)
 		}

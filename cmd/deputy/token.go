@@ -44,9 +44,11 @@ func newTokenCreateCommand() *cobra.Command {
 		Use:   "create --project NAMESPACE/NAME --role ROLE [--ttl 24h] [--config FILE | --signing-key FILE] [--audience A]... [--policy PATH]... [-o json]",
 		Short: "Issue a project token for a role of a deputy.dev AppProject",
 		Long: `Issue a project token: an ES256 JWT signed with deputy's project token key,
-for the user deputy:project:NAMESPACE/NAME:ROLE. Its groups are the role's
-spec.roles[].groups, looked up each time the token is used, so the project
-and the role must still exist then; it expires after --ttl.
+for the user deputy:project:NAMESPACE/NAME:ROLE with the single group
+deputy:project:NAMESPACE/NAME. The role's spec.roles[].groups are never
+carried (in Argo CD they are the OIDC groups granted the role); bind RBAC to
+that user or group. The project and the role are looked up each time the
+token is used, so they must still exist then; it expires after --ttl.
 
 The token is printed on stdout (alone, for TOKEN=$(deputy token create ...)),
 a summary with its ID (jti) on stderr: to revoke the token, add that ID to
@@ -58,7 +60,7 @@ the key. With --policy (or a --config whose policy.paths is set) the project
 and role are checked before the token is issued.
 
 A project token acts only on Applications of its own project, and only as far
-as deputy's policy allows the role's groups.`,
+as deputy's policy allows its user or group.`,
 		Example: `  deputy token keygen --private-key key.pem --public-key key.pub
   deputy token create --project team-a/alpha --role deployer --ttl 24h --signing-key key.pem
   DEPUTY_TOKEN=$(deputy token create --config deputy.yaml --project team-a/alpha --role ci --ttl 1h) deputy sync team-a/web`,

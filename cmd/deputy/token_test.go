@@ -63,8 +63,8 @@ func TestTokenKeygenAndCreate(t *testing.T) {
 	}
 	verifier, err := tokenreview.NewProjectTokenAuthenticator(tokenreview.ProjectTokenOptions{
 		Issuer: config.DefaultProjectTokenIssuer, Keys: []*tokenreview.VerificationKey{vk}, APIAudiences: []string{config.DefaultAPIAudience},
-		Roles: func(ns, name, role string) ([]string, bool) {
-			return []string{"team-a-deployers"}, ns == "team-a" && name == "alpha" && role == "deployer"
+		Roles: func(ns, name, role string) bool {
+			return ns == "team-a" && name == "alpha" && role == "deployer"
 		},
 	})
 	if err != nil {

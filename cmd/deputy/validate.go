@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -43,10 +44,14 @@ policy would load, 1 otherwise. Use it in CI before shipping a policy change.`,
 					fmt.Fprintf(out, "warning: %s AppProject %s/%s: %s\n", p.Source, p.Object.Namespace, p.Object.Name, w)
 				}
 			}
+			cfg, err := loadConfigFile(configFile)
+			if err != nil {
+				return err
+			}
 			for _, a := range snap.Applications {
-				if snap.DeputyAppProject(a.Object.Namespace, a.Object.Spec.Project) == nil {
-					fmt.Fprintf(out, "warning: %s Application %s/%s: AppProject %q not found: an Application is governed by the deputy.dev AppProject named spec.project in its own namespace (%s); its syncs fail until it exists\n",
-						a.Source, a.Object.Namespace, a.Object.Name, a.Object.Spec.Project, a.Object.Namespace)
+				if _, err := policy.ResolveAppProject(a.Object, cfg.Sync.ProjectNamespaces, snap.DeputyAppProject); err != nil {
+					fmt.Fprintf(out, "warning: %s Application %s/%s: %s; its syncs fail until that is fixed\n",
+						a.Source, a.Object.Namespace, a.Object.Name, strings.TrimPrefix(err.Error(), policy.ErrProjectNotUsable.Error()+": "))
 				}
 			}
 			return nil

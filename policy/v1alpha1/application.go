@@ -147,6 +147,12 @@ type OperationState struct {
 	// pending; a Running one that no replica runs was interrupted by a
 	// change of leader and is run again.
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// RetryCount (Argo CD's field) is how many times the operation was
+	// started again after the leader running it stopped before it ended
+	// (cluster mode). The leader records it before it runs the operation;
+	// one started syncer.MaxOperationAttempts times without ending is ended
+	// in Error instead of being run again.
+	RetryCount int64 `json:"retryCount,omitempty"`
 }
 
 // SyncOperationResult is the per-resource outcome of a sync.

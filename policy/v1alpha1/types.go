@@ -54,11 +54,12 @@ type AppProjectSpec struct {
 	// DestinationServiceAccounts maps destinations to the ServiceAccount a sync
 	// impersonates; the first matching entry wins.
 	DestinationServiceAccounts []ApplicationDestinationServiceAccount `json:"destinationServiceAccounts,omitempty"`
-	// ClusterResourceWhitelist lists cluster-scoped kinds that may be deployed;
-	// empty means none.
-	ClusterResourceWhitelist []metav1.GroupKind `json:"clusterResourceWhitelist,omitempty"`
-	// ClusterResourceBlacklist lists cluster-scoped kinds that may not be deployed.
-	ClusterResourceBlacklist []metav1.GroupKind `json:"clusterResourceBlacklist,omitempty"`
+	// ClusterResourceWhitelist lists cluster-scoped kinds (and, with a name,
+	// objects) that may be deployed; empty means none.
+	ClusterResourceWhitelist []ClusterResourceRestrictionItem `json:"clusterResourceWhitelist,omitempty"`
+	// ClusterResourceBlacklist lists cluster-scoped kinds (and, with a name,
+	// objects) that may not be deployed.
+	ClusterResourceBlacklist []ClusterResourceRestrictionItem `json:"clusterResourceBlacklist,omitempty"`
 	// NamespaceResourceWhitelist lists namespaced kinds that may be deployed;
 	// nil means all.
 	NamespaceResourceWhitelist []metav1.GroupKind `json:"namespaceResourceWhitelist,omitempty"`
@@ -69,6 +70,16 @@ type AppProjectSpec struct {
 	Roles []ProjectRole `json:"roles,omitempty"`
 	// SourceNamespaces are the namespaces Applications of this project may live in.
 	SourceNamespaces []string `json:"sourceNamespaces,omitempty"`
+}
+
+// ClusterResourceRestrictionItem is one entry of a cluster-scoped white- or
+// blacklist (Argo CD 3.x's type of the same name): Group and Kind are
+// filepath.Match patterns; Name, when set, is a filepath.Match pattern on the
+// object's name, and an entry without it covers every object of the kind.
+type ClusterResourceRestrictionItem struct {
+	Group string `json:"group"`
+	Kind  string `json:"kind"`
+	Name  string `json:"name,omitempty"`
 }
 
 // ApplicationDestination is a target cluster (by server URL or registered name)

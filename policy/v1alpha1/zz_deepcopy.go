@@ -49,8 +49,8 @@ func (in *AppProjectSpec) DeepCopyInto(out *AppProjectSpec) {
 		out.DestinationServiceAccounts = make([]ApplicationDestinationServiceAccount, len(in.DestinationServiceAccounts))
 		copy(out.DestinationServiceAccounts, in.DestinationServiceAccounts)
 	}
-	out.ClusterResourceWhitelist = appProjectCopyGroupKinds(in.ClusterResourceWhitelist)
-	out.ClusterResourceBlacklist = appProjectCopyGroupKinds(in.ClusterResourceBlacklist)
+	out.ClusterResourceWhitelist = appProjectCopyRestrictions(in.ClusterResourceWhitelist)
+	out.ClusterResourceBlacklist = appProjectCopyRestrictions(in.ClusterResourceBlacklist)
 	out.NamespaceResourceWhitelist = appProjectCopyGroupKinds(in.NamespaceResourceWhitelist)
 	out.NamespaceResourceBlacklist = appProjectCopyGroupKinds(in.NamespaceResourceBlacklist)
 	if in.Roles != nil {
@@ -137,6 +137,15 @@ func appProjectCopyGroupKinds(in []metav1.GroupKind) []metav1.GroupKind {
 		return nil
 	}
 	out := make([]metav1.GroupKind, len(in))
+	copy(out, in)
+	return out
+}
+
+func appProjectCopyRestrictions(in []ClusterResourceRestrictionItem) []ClusterResourceRestrictionItem {
+	if in == nil {
+		return nil
+	}
+	out := make([]ClusterResourceRestrictionItem, len(in))
 	copy(out, in)
 	return out
 }

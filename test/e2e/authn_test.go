@@ -71,6 +71,8 @@ metadata: {name: authn-e2e-app-syncer}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: authn-e2e-app-syncer}
 subjects:
 - {apiGroup: rbac.authorization.k8s.io, kind: Group, name: ` + authnGroup + `}
+- {apiGroup: rbac.authorization.k8s.io, kind: Group, name: "deputy:project:` + ns + `/` + authnProjectA + `"}
+- {apiGroup: rbac.authorization.k8s.io, kind: Group, name: "deputy:project:` + ns + `/` + authnProjectB + `"}
 - {kind: ServiceAccount, name: ci-bot, namespace: ` + ns + `}
 `
 }
@@ -173,7 +175,8 @@ func setupAuthn(t *testing.T) *authnEnv {
 }
 
 // authnProject creates the deputy.dev AppProject ns/name whose roles all
-// carry the group authnGroup.
+// name the group authnGroup (OIDC users granted the role, as in Argo CD;
+// project tokens never carry it).
 func authnProject(t *testing.T, ns, name string, roles ...string) {
 	t.Helper()
 	var rs []any
@@ -402,7 +405,10 @@ func TestAuthentication(t *testing.T) {
 		t.Run("kube-apiserver sees the project role through deputy's webhook", func(t *testing.T) {
 			var u authenticationv1.UserInfo
 			eventually(t, "the project token is authenticated", func() (err error) { u, err = whoami(t, alpha); return err })
-			if u.Username != "deputy:project:"+env.ns+"/"+authnProjectA+":deployer" || !slices.Contains(u.Groups, authnGroup) ||
+			// The token carries its project's group only, never the role's
+			// groups (authnGroup): those name the OIDC users granted the role.
+			if u.Username != "deputy:project:"+env.ns+"/"+authnProjectA+":deployer" ||
+				!slices.Contains(u.Groups, "deputy:project:"+env.ns+"/"+authnProjectA) || slices.Contains(u.Groups, authnGroup) ||
 				!slices.Equal(u.Extra["deputy.dev/project"], []string{env.ns + "/" + authnProjectA}) {
 				t.Errorf("kube-apiserver sees %+v", u)
 			}

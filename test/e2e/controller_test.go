@@ -112,23 +112,26 @@ subjects:
 	return env
 }
 
-// applyDeputyProject creates the deputy.dev AppProject "ha": sources
-// anywhere, destination ha-dest, deployed as ha-deployer.
+// applyDeputyProject creates the deputy.dev AppProject "ha" in deputy's own
+// namespace (where AppProjects grant, by default): Applications in ha-apps
+// may use it (sourceNamespaces), sources anywhere, destination ha-dest,
+// deployed as ha-deployer.
 func applyDeputyProject(t *testing.T) {
 	t.Helper()
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "deputy.dev/v1alpha1", "kind": "AppProject",
-		"metadata": map[string]any{"name": "ha", "namespace": haAppNamespace},
+		"metadata": map[string]any{"name": "ha", "namespace": "deputy-system"},
 		"spec": map[string]any{
-			"sourceRepos":  []any{"*"},
-			"destinations": []any{map[string]any{"server": inCluster, "namespace": haDestNamespace}},
+			"sourceNamespaces": []any{haAppNamespace},
+			"sourceRepos":      []any{"*"},
+			"destinations":     []any{map[string]any{"server": inCluster, "namespace": haDestNamespace}},
 			"destinationServiceAccounts": []any{map[string]any{
 				"server": inCluster, "namespace": haDestNamespace, "defaultServiceAccount": haDeployer}},
 		},
 	}}
 	dyn := dynamic.NewForConfigOrDie(cp.Admin)
 	gvr := syncer.ApplicationsResource.GroupVersion().WithResource("appprojects")
-	if _, err := dyn.Resource(gvr).Namespace(haAppNamespace).Create(t.Context(), u, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := dyn.Resource(gvr).Namespace("deputy-system").Create(t.Context(), u, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatalf("create AppProject ha: %v", err)
 	}
 }
@@ -140,6 +143,7 @@ kind: DeputyConfiguration
 sync:
   impersonation: {enabled: true}
   cacheDir: %s
+  localRepositories: [%s]
   applicationNamespaces: [%s]
   leaderElection:
     leaseNamespace: deputy-system
@@ -150,7 +154,7 @@ sync:
     retryPeriod: 500ms
   webhook:
     githubSecretFile: %s
-`, filepath.Join(e.dir, "cache-"+name), haAppNamespace, haLease, name, haLeaseDuration, filepath.Join(e.dir, "github-secret"))
+`, filepath.Join(e.dir, "cache-"+name), repoRoot, haAppNamespace, haLease, name, haLeaseDuration, filepath.Join(e.dir, "github-secret"))
 	cfgFile := filepath.Join(e.dir, name+".yaml")
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

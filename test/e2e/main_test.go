@@ -26,6 +26,10 @@ var (
 	extraPolicy string
 	// auditLog is kube-apiserver's audit log (JSON lines, every write).
 	auditLog string
+	// repoRoot holds the tests' local Git repositories: the directory the
+	// engines and replicas under test allow local repositories from
+	// (sync.localRepositories), apart from every cache directory.
+	repoRoot string
 )
 
 // deputyConfig is the e2e DeputyConfiguration: Argo CD's application
@@ -56,6 +60,9 @@ sync:
   # controller_test.go starts; this deputy answers kube-apiserver's webhooks
   # and leaves their Applications alone.
   applicationNamespaces: [e2e-main-deputy]
+  # The AppProjects of those Applications live next to them: the tests'
+  # operator makes e2e-main-deputy a project namespace.
+  projectNamespaces: [e2e-main-deputy]
   leaderElection: {leaseNamespace: default}
 `, strict, filepath.Join(deputy.CertDir, "ca.crt"))
 }
@@ -82,6 +89,11 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(work)
+	repoRoot = filepath.Join(work, "repos")
+	if err := os.Mkdir(repoRoot, 0o700); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 
 	bin, err := framework.DeputyBinary()
 	if err != nil {

@@ -88,7 +88,7 @@ func BenchmarkSyncEngineVsKubectl(b *testing.B) {
 			SourceRepos:                []string{"*"},
 			Destinations:               []v1alpha1.ApplicationDestination{{Server: inCluster, Namespace: "bench-*"}},
 			DestinationServiceAccounts: []v1alpha1.ApplicationDestinationServiceAccount{{Server: inCluster, Namespace: "bench-*", DefaultServiceAccount: saNS + ":" + sa}},
-			ClusterResourceWhitelist:   []metav1.GroupKind{{Group: "authorization.k8s.io", Kind: "SelfSubjectAccessReview"}},
+			ClusterResourceWhitelist:   []v1alpha1.ClusterResourceRestrictionItem{{Group: "authorization.k8s.io", Kind: "SelfSubjectAccessReview"}},
 		}}
 	projectJSON, err := json.Marshal(project)
 	if err != nil {

@@ -44,9 +44,15 @@ type gitRepo struct {
 	wt  *git.Worktree
 }
 
+// newGitRepo creates a repository under repoRoot, the directory the engines
+// and replicas under test allow local repositories from.
 func newGitRepo(t *testing.T) *gitRepo {
 	t.Helper()
-	dir := t.TempDir()
+	dir, err := os.MkdirTemp(repoRoot, "repo-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	r, err := git.PlainInit(dir, false)
 	if err != nil {
 		t.Fatal(err)
@@ -168,7 +174,9 @@ func newSyncEngine(t *testing.T, imp syncer.ImpersonationSettings) (*syncer.Engi
 		Clusters:      syncer.StaticClusters{Config: controllerConfig(t)},
 		Impersonation: imp,
 		CacheDir:      t.TempDir(),
-		Logger:        logs.logger(t),
+		// The tests' repositories are local directories under repoRoot.
+		LocalRepositories: []string{repoRoot},
+		Logger:            logs.logger(t),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -466,11 +474,12 @@ func TestSyncPreflightNamesTheMissingPermission(t *testing.T) {
 	ensureNamespace(t, ns)
 	serviceAccountToken(t, ns, sa)
 	grantControllerServiceAccountReads(t)
-	// Everything the sync needs but "create services".
+	// Everything the sync needs but "create services" (get: to see who
+	// tracks an object before writing it).
 	role(t, ns, "e2e-limited", ns, sa,
-		rule("apps", []string{"deployments"}, "create", "patch"),
-		rule("", []string{"configmaps"}, "create", "patch"),
-		rule("", []string{"services"}, "patch"))
+		rule("apps", []string{"deployments"}, "get", "create", "patch"),
+		rule("", []string{"configmaps"}, "get", "create", "patch"),
+		rule("", []string{"services"}, "get", "patch"))
 	project := syncProject(t, "sync-limited", v1alpha1.AppProjectSpec{
 		Destinations:               dests(ns),
 		DestinationServiceAccounts: []v1alpha1.ApplicationDestinationServiceAccount{saEntry(ns, sa)},
@@ -565,7 +574,7 @@ func TestSyncEnforcement(t *testing.T) {
 	})
 	t.Run("not enforced: syncs as the controller identity and says so", func(t *testing.T) {
 		// The controller identity needs RBAC of its own in this case.
-		role(t, ns, "e2e-controller-own", "argocd", "argocd-application-controller", rule("", []string{"configmaps"}, "create", "patch"))
+		role(t, ns, "e2e-controller-own", "argocd", "argocd-application-controller", rule("", []string{"configmaps"}, "get", "create", "patch"))
 		engine, _ := newSyncEngine(t, syncer.ImpersonationSettings{Enabled: true, Enforced: false})
 		started := time.Now()
 		var st *v1alpha1.OperationState
@@ -688,7 +697,7 @@ func TestSyncCreateNamespace(t *testing.T) {
 		DestinationServiceAccounts: []v1alpha1.ApplicationDestinationServiceAccount{saEntry(ns, saNS+":"+sa)},
 		// deputy's gate lets the ServiceAccount create a Namespace only
 		// when the project whitelists the kind.
-		ClusterResourceWhitelist: []metav1.GroupKind{{Group: "", Kind: "Namespace"}},
+		ClusterResourceWhitelist: []v1alpha1.ClusterResourceRestrictionItem{{Group: "", Kind: "Namespace"}},
 	})
 	repo := newGitRepo(t)
 	repo.write("app/cm.yaml", configMap("in-new-namespace", "a: b"))
@@ -710,7 +719,7 @@ func TestSyncCreateNamespace(t *testing.T) {
 	})
 	t.Run("with it the namespace is created as the ServiceAccount", func(t *testing.T) {
 		create(t, cs.RbacV1().ClusterRoles().Create, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "e2e-ns-deployer"},
-			Rules: []rbacv1.PolicyRule{rule("", []string{"namespaces"}, "create"), rule("", []string{"configmaps"}, "create", "patch")}})
+			Rules: []rbacv1.PolicyRule{rule("", []string{"namespaces"}, "create"), rule("", []string{"configmaps"}, "get", "create", "patch")}})
 		create(t, cs.RbacV1().ClusterRoleBindings().Create, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "e2e-ns-deployer"},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "e2e-ns-deployer"},
 			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: saNS, Name: sa}}})
@@ -747,8 +756,8 @@ func TestSyncAnRBACEscalationFailsOnlyThatResource(t *testing.T) {
 	// The ServiceAccount may write Roles and ConfigMaps, but holds no
 	// Secret permissions, so it may not grant them.
 	role(t, ns, "e2e-esc", ns, sa,
-		rule("", []string{"configmaps"}, "create", "patch"),
-		rule("rbac.authorization.k8s.io", []string{"roles"}, "create", "patch"))
+		rule("", []string{"configmaps"}, "get", "create", "patch"),
+		rule("rbac.authorization.k8s.io", []string{"roles"}, "get", "create", "patch"))
 	project := syncProject(t, "sync-escalate", v1alpha1.AppProjectSpec{
 		Destinations:               dests(ns),
 		DestinationServiceAccounts: []v1alpha1.ApplicationDestinationServiceAccount{saEntry(ns, sa)},

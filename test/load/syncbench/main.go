@@ -18,6 +18,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -86,11 +87,18 @@ func run() error {
 		defer os.RemoveAll(*cacheDir)
 	}
 	cfg := &rest.Config{Host: *server, BearerToken: strings.TrimSpace(string(token)), TLSClientConfig: rest.TLSClientConfig{CAData: ca}}
+	var local []string
+	if filepath.IsAbs(*repo) {
+		// A local repository: allow its parent directory, as an operator
+		// would with sync.localRepositories.
+		local = []string{filepath.Dir(*repo)}
+	}
 	engine, err := syncer.NewEngine(syncer.EngineOptions{
-		Clusters:      syncer.StaticClusters{Config: cfg},
-		Impersonation: syncer.ImpersonationSettings{Enabled: true, Enforced: true},
-		CacheDir:      *cacheDir,
-		Parallelism:   *parallelism,
+		Clusters:          syncer.StaticClusters{Config: cfg},
+		Impersonation:     syncer.ImpersonationSettings{Enabled: true, Enforced: true},
+		CacheDir:          *cacheDir,
+		Parallelism:       *parallelism,
+		LocalRepositories: local,
 	})
 	if err != nil {
 		return err

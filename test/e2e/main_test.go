@@ -171,6 +171,9 @@ func run(m *testing.M) int {
 	}
 
 	code := m.Run()
+	// The attack suite's namespaces, projects and Git servers (shared by
+	// its tests) outlive each test; remove them now.
+	attackTeardown()
 	if code != 0 {
 		fmt.Fprintln(os.Stderr, "deputy log:\n"+deputy.Logs())
 	}

@@ -57,6 +57,8 @@ type DeputyOptions struct {
 	Port int
 	// Args are extra `deputy serve` arguments (e.g. --policy DIR).
 	Args []string
+	// Env are extra environment variables (NAME=value) on top of the test's.
+	Env []string
 }
 
 // StartDeputy starts `deputy serve --listen 127.0.0.1:PORT --cert-dir DIR
@@ -74,6 +76,9 @@ func StartDeputy(opts DeputyOptions) (*Deputy, error) {
 	args := append([]string{"serve", "--listen", "127.0.0.1:" + strconv.Itoa(opts.Port), "--cert-dir", opts.CertDir, "--log-level", "debug"}, opts.Args...)
 	d.cmd = exec.Command(opts.Bin, args...)
 	d.cmd.Stdout, d.cmd.Stderr = d.logs, d.logs
+	if len(opts.Env) > 0 {
+		d.cmd.Env = append(os.Environ(), opts.Env...)
+	}
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := d.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("failed to start deputy: %w", err)
@@ -129,6 +134,20 @@ func (d *Deputy) Client(withClientCert bool) (*http.Client, error) {
 
 // Logs returns everything deputy wrote so far.
 func (d *Deputy) Logs() string { return d.logs.String() }
+
+// PID is deputy's process ID (for PeakRSS).
+func (d *Deputy) PID() int { return d.cmd.Process.Pid }
+
+// Exited reports whether deputy's process has ended.
+func (d *Deputy) Exited() bool {
+	select {
+	case err := <-d.done:
+		d.done <- err
+		return true
+	default:
+		return false
+	}
+}
 
 // Signal sends sig to deputy.
 func (d *Deputy) Signal(sig os.Signal) error { return d.cmd.Process.Signal(sig) }

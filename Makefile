@@ -20,8 +20,8 @@ build: ## Build bin/deputy
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/deputy ./cmd/deputy
 
 .PHONY: run
-run: build ## Run deputy on its embedded default (https://127.0.0.1:8443, example policy)
-	$(BIN)/deputy serve
+run: build ## Run deputy on its embedded default (https://127.0.0.1:8443, example policy); ARGS="--listen 127.0.0.1:9443" adds flags
+	$(BIN)/deputy serve $(ARGS)
 
 .PHONY: test
 test: unit e2e ## Everything: unit tests, then e2e against a real kube-apiserver and etcd
@@ -76,8 +76,8 @@ lint: ## gofmt and go vet on both modules
 	cd test && $(GO) vet ./...
 
 .PHONY: clean
-clean: ## Remove bin/deputy and .deputy/ (keeps the cached kube-apiserver and etcd)
-	rm -rf $(BIN)/deputy .deputy
+clean: ## Remove bin/deputy, bin/deputy-test (the e2e framework's build) and .deputy/ (keeps the cached kube-apiserver and etcd)
+	rm -rf $(BIN)/deputy $(BIN)/deputy-test .deputy
 
 .PHONY: load
 load: build ## HTTP load: deputy /authorize vs a minimal echo handler, same run (see docs/benchmarks.md)

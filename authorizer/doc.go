@@ -14,7 +14,10 @@
 //     white- and blacklists, an allow-list of subresources); everyone else only
 //     through RBAC rules naming the target; protected targets never;
 //   - New composes deputy's authorizers with k8s.io/apiserver's union and
-//     applies the configured default decision.
+//     applies the configured default decision; a default denial names the
+//     closest binding (ExplainDenial), computed on the deny path only;
+//   - BootstrapGrants are kube-apiserver's bootstrap grants every client
+//     needs, which a policy with default decision Deny must keep.
 //
 // It must not do HTTP. An error here is never an Allow.
 package authorizer

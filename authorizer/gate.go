@@ -402,7 +402,12 @@ const maxClosestProjects = 8
 // projects that name the ServiceAccount.
 func (ix *impersonatorIndex) closest(ns, name string, exact, wild []int) string {
 	if len(ix.projects) == 0 {
-		return "; no AppProject grants this identity (check authorization.impersonation.impersonators[].projects)"
+		where := "in every namespace"
+		if len(ix.cfg.Namespaces) > 0 {
+			where = "in namespaces " + strings.Join(ix.cfg.Namespaces, ", ")
+		}
+		return fmt.Sprintf("; no AppProject grants this identity: it is granted by AppProjects of %s %s only, and none there has a destinationServiceAccounts entry (authorization.impersonation.impersonators[].projects)",
+			strings.Join(ix.cfg.APIGroups, ", "), where)
 	}
 	candidates := append(append([]int(nil), exact...), wild...)
 	if len(candidates) == 0 {

@@ -2,7 +2,6 @@ package authorizer
 
 import (
 	"context"
-	"fmt"
 	"strings"
 
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -54,6 +53,15 @@ func (r *RBAC) Authorize(ctx context.Context, a authorizer.Attributes) (authoriz
 	}
 	return authorizer.DecisionNoOpinion, "", nil
 }
+
+// ExplainDenial is ExplainDenial over the current snapshot: what comes
+// closest to allowing a request Authorize had no opinion on ("" without a
+// snapshot). New calls it on the default-Deny path only.
+func (r *RBAC) ExplainDenial(_ context.Context, a authorizer.Attributes) string {
+	return ExplainDenial(r.snapshot(), a)
+}
+
+var _ DenialExplainer = (*RBAC)(nil)
 
 // ConditionsAwareAuthorize is Authorize in the conditions-aware form; RBAC
 // decisions are never conditional.
@@ -240,23 +248,35 @@ func Explain(snap *policy.Snapshot, a authorizer.Attributes) Explanation {
 }
 
 // DescribeRule renders a rule compactly, as rbacv1helpers.CompactString
-// (pkg/apis/rbac/v1/evaluation_helpers.go) does in kube-apiserver messages.
+// (pkg/apis/rbac/v1/evaluation_helpers.go) does in kube-apiserver messages:
+// {APIGroups:["apps"], Resources:["deployments"], Verbs:["get"]}.
 func DescribeRule(r *rbacv1.PolicyRule) string {
-	var parts []string
-	if len(r.APIGroups) > 0 {
-		parts = append(parts, fmt.Sprintf("APIGroups:%q", r.APIGroups))
+	var b strings.Builder
+	writeRule(&b, r)
+	return b.String()
+}
+
+// writeRule is DescribeRule into b, without fmt's reflection (a denial's
+// reason holds one).
+func writeRule(b *strings.Builder, r *rbacv1.PolicyRule) {
+	b.WriteByte('{')
+	n := 0
+	field := func(name string, list []string) {
+		if len(list) == 0 {
+			return
+		}
+		if n > 0 {
+			b.WriteString(", ")
+		}
+		n++
+		b.WriteString(name)
+		b.WriteByte(':')
+		writeQuoted(b, list)
 	}
-	if len(r.Resources) > 0 {
-		parts = append(parts, fmt.Sprintf("Resources:%q", r.Resources))
-	}
-	if len(r.NonResourceURLs) > 0 {
-		parts = append(parts, fmt.Sprintf("NonResourceURLs:%q", r.NonResourceURLs))
-	}
-	if len(r.ResourceNames) > 0 {
-		parts = append(parts, fmt.Sprintf("ResourceNames:%q", r.ResourceNames))
-	}
-	if len(r.Verbs) > 0 {
-		parts = append(parts, fmt.Sprintf("Verbs:%q", r.Verbs))
-	}
-	return "{" + strings.Join(parts, ", ") + "}"
+	field("APIGroups", r.APIGroups)
+	field("Resources", r.Resources)
+	field("NonResourceURLs", r.NonResourceURLs)
+	field("ResourceNames", r.ResourceNames)
+	field("Verbs", r.Verbs)
+	b.WriteByte('}')
 }

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/authorization/union"
 
 	deputyauthz "deputy.dev/deputy/authorizer"
 	"deputy.dev/deputy/policy"
@@ -126,6 +127,31 @@ func BenchmarkRBACAuthorize(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
 					authz.Authorize(ctx, attrs)
+				}
+			})
+		}
+		// The same requests through New with authorization.defaultDecision
+		// Deny, as deputy serve composes it: an allow must cost what it
+		// costs above; a denial also explains itself.
+		deny, err := deputyauthz.New(deputyauthz.Options{Default: deputyauthz.DefaultDeny},
+			union.NamedAuthorizer{AuthorizerName: "rbac", Authorizer: authz})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, tc := range cases {
+			want := tc.want
+			if want == authorizer.DecisionNoOpinion {
+				want = authorizer.DecisionDeny
+			}
+			b.Run(fmt.Sprintf("bindings=%d/default Deny/%s", n, tc.name), func(b *testing.B) {
+				ctx := context.Background()
+				var attrs authorizer.Attributes = tc.attrs
+				if d, reason, err := deny.Authorize(ctx, attrs); d != want || err != nil {
+					b.Fatalf("Authorize = %v, %q, %v; want %v", d, reason, err, want)
+				}
+				b.ReportAllocs()
+				for b.Loop() {
+					deny.Authorize(ctx, attrs)
 				}
 			})
 		}

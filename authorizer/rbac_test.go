@@ -890,7 +890,12 @@ func TestNewDefaultDecision(t *testing.T) {
 		{
 			name: "Deny by default: no opinion becomes a deny", dflt: deputyauthz.DefaultDeny, authz: rbac,
 			attrs: rbacResource(rbacWho("carol"), "get", "", "pods", "", "", ""),
-			want:  authorizer.DecisionDeny, reason: noRule,
+			want:  authorizer.DecisionDeny, reason: noRule + `; no binding applies to User "carol" (no groups) cluster-wide`,
+		},
+		{
+			name: "Deny by default: a denial names the closest binding", dflt: deputyauthz.DefaultDeny, authz: rbac,
+			attrs: rbacResource(rbacWho("alice"), "delete", "", "pods", "", "", ""),
+			want:  authorizer.DecisionDeny, reason: noRule + `; closest: ClusterRoleBinding "b" of ClusterRole "view" to User "alice" has {APIGroups:[""], Resources:["pods"], Verbs:["get"]}, which lacks verb "delete"`,
 		},
 		{
 			name: "Deny by default: no opinion with an error becomes a deny keeping reason and error", dflt: deputyauthz.DefaultDeny, authz: rbac,

@@ -1,6 +1,6 @@
 // Package config defines deputy's versioned configuration file
 // (config.deputy.dev/v1alpha1 DeputyConfiguration): its defaults, decoding
-// and validation. Every field is also a flag of `deputy serve`; flags override
+// and validation. Many fields are also flags of `deputy serve`; flags override
 // the file. The package must not start anything.
 package config
 
@@ -228,8 +228,9 @@ type Impersonation struct {
 	Strict *bool `json:"strict,omitempty"`
 	// RequireConstrained (default true) denies legacy `impersonate` to
 	// impersonators, so the per-action checks of constrained impersonation
-	// (kube-apiserver >= 1.35) cannot be bypassed. false is an opt-in for
-	// apiservers before 1.35 that gives up the per-action caps: legacy
+	// (kube-apiserver >= 1.36, or 1.35 with the ConstrainedImpersonation
+	// feature gate) cannot be bypassed. false is an opt-in for older
+	// apiservers that gives up the per-action caps: legacy
 	// impersonation lets the ServiceAccount do whatever its RBAC allows,
 	// anywhere.
 	RequireConstrained *bool `json:"requireConstrained,omitempty"`
@@ -270,7 +271,9 @@ type Impersonator struct {
 type ProjectSource struct {
 	// APIGroups: argoproj.io and/or deputy.dev. Default [deputy.dev].
 	APIGroups []string `json:"apiGroups,omitempty"`
-	// Namespaces the AppProjects live in. Default: deputy's own namespace
+	// Namespaces the AppProjects live in. Default: for an impersonator of
+	// deputy.dev AppProjects, sync.projectNamespaces (so the engine and the
+	// gate read the same projects); otherwise deputy's own namespace
 	// (OwnNamespace). ["*"] reads every namespace, which lets whoever may
 	// write an AppProject anywhere grant impersonation.
 	Namespaces []string `json:"namespaces,omitempty"`
@@ -364,6 +367,10 @@ func SetDefaults(c *DeputyConfiguration) {
 	if c.Authorization.DefaultDecision == "" {
 		c.Authorization.DefaultDecision = "NoOpinion"
 	}
+	if len(c.Sync.ProjectNamespaces) == 0 {
+		c.Sync.ProjectNamespaces = []string{OwnNamespace()}
+	}
+	defaultImpersonatorNamespaces(&c.Authorization.Impersonation, c.Sync.ProjectNamespaces)
 	SetImpersonationDefaults(&c.Authorization.Impersonation)
 	SetAuthenticationDefaults(&c.Authentication)
 	if c.Shutdown.GracePeriod.Duration == 0 {
@@ -376,9 +383,6 @@ func SetDefaults(c *DeputyConfiguration) {
 		c.Logging.Format = "text"
 	}
 	SetSyncDefaults(&c.Sync, c.Cluster)
-	if len(c.Sync.ProjectNamespaces) == 0 {
-		c.Sync.ProjectNamespaces = []string{OwnNamespace()}
-	}
 	SetControllerDefaults(&c.Sync)
 	SetAPIDefaults(&c.API)
 }

@@ -236,3 +236,26 @@ func TestValidateSync(t *testing.T) {
 		})
 	}
 }
+
+// The gate reads deputy.dev AppProjects where deputy's engine looks for
+// them: an impersonator of deputy.dev projects without namespaces takes
+// sync.projectNamespaces; others keep deputy's own namespace.
+func TestImpersonatorNamespacesFollowProjectNamespaces(t *testing.T) {
+	c := &DeputyConfiguration{Sync: Sync{ProjectNamespaces: []string{"platform"}}, Authorization: Authorization{Impersonation: Impersonation{
+		Impersonators: []Impersonator{
+			{ServiceAccount: "deputy-system/deputy"},
+			{ServiceAccount: "argocd/argocd-application-controller", Projects: ProjectSource{APIGroups: []string{"argoproj.io"}}},
+			{ServiceAccount: "ops/syncer", Projects: ProjectSource{APIGroups: []string{"deputy.dev"}, Namespaces: []string{"ops"}}},
+		}}}}
+	SetDefaults(c)
+	got := c.Authorization.Impersonation.Impersonators
+	for i, want := range [][]string{{"platform"}, {OwnNamespace()}, {"ops"}} {
+		if strings.Join(got[i].Projects.Namespaces, ",") != strings.Join(want, ",") {
+			t.Errorf("impersonators[%d].projects.namespaces = %v, want %v", i, got[i].Projects.Namespaces, want)
+		}
+	}
+	d := Default()
+	if ns := d.Authorization.Impersonation.Impersonators[0].Projects.Namespaces; len(ns) != 1 || ns[0] != d.Sync.ProjectNamespaces[0] {
+		t.Errorf("default impersonator namespaces %v, project namespaces %v", ns, d.Sync.ProjectNamespaces)
+	}
+}

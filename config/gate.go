@@ -55,6 +55,25 @@ func OwnNamespace() string {
 	return DefaultLeaseNamespace
 }
 
+// defaultImpersonatorNamespaces gives every impersonator that reads
+// deputy.dev AppProjects (the default, or listed) and names no project
+// namespaces the namespaces deputy's own Applications take their projects
+// from (sync.projectNamespaces): one setting decides both where deputy's
+// engine looks for an Application's project and where the gate reads the
+// projects that let deputy impersonate. Impersonators of other groups only
+// (Argo CD's controller) keep SetImpersonationDefaults' default.
+func defaultImpersonatorNamespaces(im *Impersonation, projectNamespaces []string) {
+	if im.Impersonators == nil {
+		im.Impersonators = []Impersonator{{ServiceAccount: DefaultSyncServiceAccount}}
+	}
+	for i := range im.Impersonators {
+		p := &im.Impersonators[i]
+		if len(p.Projects.Namespaces) == 0 && (len(p.Projects.APIGroups) == 0 || slices.Contains(p.Projects.APIGroups, "deputy.dev")) {
+			p.Projects.Namespaces = slices.Clone(projectNamespaces)
+		}
+	}
+}
+
 func setGateDefaults(im *Impersonation) {
 	if im.RequireConstrained == nil {
 		t := true

@@ -57,15 +57,29 @@ type SyncLimits struct {
 	// kustomize input) and one object received by a fetch (go-git holds each
 	// fetched object in memory while indexing the pack). Default 32Mi.
 	MaxFileBytes resource.Quantity `json:"maxFileBytes,omitempty"`
-	// MaxRenderBytes bounds all bytes one render reads. Default 256Mi.
+	// MaxRenderBytes bounds all bytes one render reads, and the size of the
+	// objects it produces as deputy holds them in memory (estimated from
+	// their JSON: its bytes plus 48 per value). Default 256Mi.
 	MaxRenderBytes resource.Quantity `json:"maxRenderBytes,omitempty"`
 	// MaxFiles bounds the files one render reads. Default 20000.
 	MaxFiles int `json:"maxFiles,omitempty"`
 	// MaxObjects bounds the objects one render produces. Default 10000.
 	MaxObjects int `json:"maxObjects,omitempty"`
+	// MaxRenderMemory bounds the memory of one render: every render
+	// (kustomize build or plain manifests) runs in a render worker, a child
+	// process of deputy that is stopped when its Go memory exceeds this, and
+	// the operation fails naming this field. At least 64Mi and at least
+	// maxRenderBytes (the worker holds the objects it produces). Default
+	// 1Gi.
+	MaxRenderMemory resource.Quantity `json:"maxRenderMemory,omitempty"`
 	// MaxFetchBytes bounds the bytes received from a Git server by one fetch,
 	// and the total size of the objects in it. Default 2Gi.
 	MaxFetchBytes resource.Quantity `json:"maxFetchBytes,omitempty"`
+	// MaxFetchObjects bounds the objects one fetch receives (a pack declares
+	// its count before its objects): go-git's pack indexer holds about
+	// 0.5 KiB of deputy's memory per object until the fetch ends. Default
+	// 500000.
+	MaxFetchObjects int `json:"maxFetchObjects,omitempty"`
 	// OperationTimeout bounds one operation, from fetch to prune. Default 30m.
 	OperationTimeout metav1.Duration `json:"operationTimeout,omitempty"`
 }
@@ -75,6 +89,7 @@ const (
 	DefaultKustomizeRemoteTimeout = 30 * time.Second
 	DefaultMaxFiles               = 20000
 	DefaultMaxObjects             = 10000
+	DefaultMaxFetchObjects        = 500000
 	DefaultOperationTimeout       = 30 * time.Minute
 )
 
@@ -83,6 +98,10 @@ var (
 	DefaultMaxFileBytes   = resource.MustParse("32Mi")
 	DefaultMaxRenderBytes = resource.MustParse("256Mi")
 	DefaultMaxFetchBytes  = resource.MustParse("2Gi")
+	// DefaultMaxRenderMemory is far above what a large real application
+	// needs (3,000 Deployments and 30 large CRDs through kustomize peaked at
+	// 380 MB: docs/benchmarks.md).
+	DefaultMaxRenderMemory = resource.MustParse("1Gi")
 )
 
 // secretsDirs hold the Pod's ServiceAccount token and other projected
@@ -107,8 +126,14 @@ func SetSyncSourcesDefaults(s *SyncSources) {
 	if l.MaxObjects == 0 {
 		l.MaxObjects = DefaultMaxObjects
 	}
+	if l.MaxRenderMemory.IsZero() {
+		l.MaxRenderMemory = DefaultMaxRenderMemory.DeepCopy()
+	}
 	if l.MaxFetchBytes.IsZero() {
 		l.MaxFetchBytes = DefaultMaxFetchBytes.DeepCopy()
+	}
+	if l.MaxFetchObjects == 0 {
+		l.MaxFetchObjects = DefaultMaxFetchObjects
 	}
 	if l.OperationTimeout.Duration == 0 {
 		l.OperationTimeout.Duration = DefaultOperationTimeout
@@ -150,6 +175,12 @@ func validateSyncSources(c *DeputyConfiguration, fld *field.Path) field.ErrorLis
 	if fileBytes > 0 && renderBytes > 0 && fileBytes > renderBytes {
 		errs = append(errs, field.Invalid(lf.Child("maxFileBytes"), l.MaxFileBytes.String(), "must not be more than maxRenderBytes ("+l.MaxRenderBytes.String()+")"))
 	}
+	if renderMemory := validBytes(&errs, lf.Child("maxRenderMemory"), l.MaxRenderMemory, 64<<20); renderMemory > 0 && renderBytes > 0 && renderMemory < renderBytes {
+		errs = append(errs, field.Invalid(lf.Child("maxRenderMemory"), l.MaxRenderMemory.String(), "must not be less than maxRenderBytes ("+l.MaxRenderBytes.String()+"): the render worker holds the objects it produces"))
+	}
+	if l.MaxFetchObjects < 1 {
+		errs = append(errs, field.Invalid(lf.Child("maxFetchObjects"), l.MaxFetchObjects, "must be positive, e.g. 500000"))
+	}
 	if l.MaxFiles < 1 {
 		errs = append(errs, field.Invalid(lf.Child("maxFiles"), l.MaxFiles, "must be positive, e.g. 20000"))
 	}
@@ -176,7 +207,7 @@ func validateSyncSources(c *DeputyConfiguration, fld *field.Path) field.ErrorLis
 func validBytes(errs *field.ErrorList, f *field.Path, q resource.Quantity, min int64) int64 {
 	v, ok := q.AsInt64()
 	if !ok || v < min {
-		*errs = append(*errs, field.Invalid(f, q.String(), fmt.Sprintf("must be a whole number of bytes, at least %d (e.g. 32Mi)", min)))
+		*errs = append(*errs, field.Invalid(f, q.String(), fmt.Sprintf("must be a whole number of bytes, at least %s", resource.NewQuantity(min, resource.BinarySI))))
 		return 0
 	}
 	return v

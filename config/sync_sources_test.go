@@ -18,13 +18,14 @@ func TestSyncSourcesDefaults(t *testing.T) {
 	l := s.Limits
 	for name, got := range map[string]string{
 		"maxFileBytes": l.MaxFileBytes.String(), "maxRenderBytes": l.MaxRenderBytes.String(), "maxFetchBytes": l.MaxFetchBytes.String(),
+		"maxRenderMemory": l.MaxRenderMemory.String(),
 	} {
-		want := map[string]string{"maxFileBytes": "32Mi", "maxRenderBytes": "256Mi", "maxFetchBytes": "2Gi"}[name]
+		want := map[string]string{"maxFileBytes": "32Mi", "maxRenderBytes": "256Mi", "maxFetchBytes": "2Gi", "maxRenderMemory": "1Gi"}[name]
 		if got != want {
 			t.Errorf("%s = %s, want %s", name, got, want)
 		}
 	}
-	if l.MaxFiles != 20000 || l.MaxObjects != 10000 || l.OperationTimeout.Duration != 30*time.Minute || s.Kustomize.RemoteTimeout.Duration != 30*time.Second {
+	if l.MaxFiles != 20000 || l.MaxObjects != 10000 || l.MaxFetchObjects != 500000 || l.OperationTimeout.Duration != 30*time.Minute || s.Kustomize.RemoteTimeout.Duration != 30*time.Second {
 		t.Errorf("limits = %+v, remoteTimeout %s", l, s.Kustomize.RemoteTimeout.Duration)
 	}
 	if errs := Validate(c); len(errs) != 0 {
@@ -38,7 +39,7 @@ kind: DeputyConfiguration
 sync:
   localRepositories: [/srv/git]
   kustomize: {remoteResources: true, remoteTimeout: 5s}
-  limits: {maxFileBytes: 1Mi, maxRenderBytes: "100000000", maxFiles: 5, maxObjects: 6, maxFetchBytes: 1Gi, operationTimeout: 2m}
+  limits: {maxFileBytes: 1Mi, maxRenderBytes: "100000000", maxFiles: 5, maxObjects: 6, maxRenderMemory: 512Mi, maxFetchBytes: 1Gi, maxFetchObjects: 7, operationTimeout: 2m}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +47,7 @@ sync:
 	SetDefaults(c)
 	l := c.Sync.Limits
 	if l.MaxFileBytes.Value() != 1<<20 || l.MaxRenderBytes.Value() != 100000000 || l.MaxFiles != 5 || l.MaxObjects != 6 ||
-		l.MaxFetchBytes.Value() != 1<<30 || l.OperationTimeout.Duration != 2*time.Minute {
+		l.MaxRenderMemory.Value() != 512<<20 || l.MaxFetchBytes.Value() != 1<<30 || l.MaxFetchObjects != 7 || l.OperationTimeout.Duration != 2*time.Minute {
 		t.Errorf("limits = %+v", l)
 	}
 	if !c.Sync.Kustomize.RemoteResources || c.Sync.Kustomize.RemoteTimeout.Duration != 5*time.Second || c.Sync.LocalRepositories[0] != "/srv/git" {
@@ -99,6 +100,12 @@ func TestSyncSourcesValidation(t *testing.T) {
 		}, "sync.limits.maxFileBytes: Invalid value: \"512Mi\": must not be more than maxRenderBytes"},
 		{"a negative file count", func(c *DeputyConfiguration) { c.Sync.Limits.MaxFiles = -1 }, "sync.limits.maxFiles"},
 		{"a negative object count", func(c *DeputyConfiguration) { c.Sync.Limits.MaxObjects = -1 }, "sync.limits.maxObjects"},
+		{"a render memory under 64Mi", func(c *DeputyConfiguration) { c.Sync.Limits.MaxRenderMemory = resource.MustParse("32Mi") }, "sync.limits.maxRenderMemory: Invalid value: \"32Mi\": must be a whole number of bytes, at least 64Mi"},
+		{"a render memory under the render bytes", func(c *DeputyConfiguration) { c.Sync.Limits.MaxRenderMemory = resource.MustParse("128Mi") }, "sync.limits.maxRenderMemory: Invalid value: \"128Mi\": must not be less than maxRenderBytes (256Mi)"},
+		{"a smaller render memory with smaller render bytes", func(c *DeputyConfiguration) {
+			c.Sync.Limits.MaxRenderMemory, c.Sync.Limits.MaxRenderBytes = resource.MustParse("128Mi"), resource.MustParse("64Mi")
+		}, ""},
+		{"a negative fetch object count", func(c *DeputyConfiguration) { c.Sync.Limits.MaxFetchObjects = -1 }, "sync.limits.maxFetchObjects"},
 		{"a tiny operation timeout", func(c *DeputyConfiguration) { c.Sync.Limits.OperationTimeout.Duration = time.Second }, "sync.limits.operationTimeout"},
 		{"a tiny remote timeout", func(c *DeputyConfiguration) { c.Sync.Kustomize.RemoteTimeout.Duration = time.Millisecond }, "sync.kustomize.remoteTimeout"},
 		{"a credential URL with user info", func(c *DeputyConfiguration) {

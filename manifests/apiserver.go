@@ -15,7 +15,9 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	certutil "k8s.io/client-go/util/cert"
@@ -69,14 +71,26 @@ const (
 	DefaultAuthorizedTTL = 30 * time.Second
 	// DefaultUnauthorizedTTL is how long kube-apiserver caches a deny or no-opinion.
 	DefaultUnauthorizedTTL = 10 * time.Second
-	// FailurePolicyDeny denies a request when deputy cannot be reached (fail closed).
+	// FailurePolicyDeny denies a request when deputy cannot be reached (fail
+	// closed): the default of the impersonation webhook.
 	FailurePolicyDeny = apiserverv1.FailurePolicyDeny
-	// FailurePolicyNoOpinion falls through to the next authorizers (Node, RBAC)
-	// when deputy cannot be reached; deputy's denials are then not enforced.
+	// FailurePolicyNoOpinion falls through to the next authorizer (RBAC) when
+	// deputy cannot be reached; deputy's denials are then not enforced and
+	// what only deputy allows is refused: the default of the webhook for
+	// everything but impersonation.
 	FailurePolicyNoOpinion = apiserverv1.FailurePolicyNoOpinion
-	// AuthorizerName is deputy's name in the AuthorizationConfiguration
-	// (kube-apiserver uses it in metrics and logs).
+	// ImpersonationAuthorizerName is the name, in the
+	// AuthorizationConfiguration, of the webhook that receives only
+	// impersonation checks (kube-apiserver uses it in metrics and logs).
+	ImpersonationAuthorizerName = "deputy-impersonation"
+	// AuthorizerName is the name of the webhook that receives everything else
+	// deputy decides.
 	AuthorizerName = "deputy"
+	// DefaultServiceAccount is deputy's own ServiceAccount in manifests/base.
+	DefaultServiceAccount = "deputy-system/deputy"
+	// LegacyWebhookTimeout is the timeout kube-apiserver gives a webhook
+	// configured with --authorization-webhook-config-file (not configurable).
+	LegacyWebhookTimeout = 30 * time.Second
 	// ValidatingWebhookConfigurationName is the name of the
 	// ValidatingWebhookConfiguration object.
 	ValidatingWebhookConfigurationName = "deputy"
@@ -94,10 +108,123 @@ const (
 	impersonationRBACTimeoutSeconds = 5
 )
 
-// mastersMatchCondition keeps system:masters away from deputy. kube-apiserver
-// already allows that group before any configured authorizer, so this only
-// states the intent (and saves a call should that ever change).
+// The authorization chain APIServerFiles renders, in order:
+//
+//  1. Node: kubelets' own requests, decided without a webhook. It only ever
+//     answers Allow or NoOpinion, and never allows an impersonation check
+//     (its rules name verbs explicitly, none of them impersonate*), so it
+//     cannot pre-empt the gate.
+//  2. ImpersonationAuthorizerName, failurePolicy Deny: exactly the
+//     impersonation checks deputy's gate decides (impersonationExpression),
+//     from everyone but system:masters. The gate is closed while deputy is
+//     unreachable.
+//  3. AuthorizerName, failurePolicy NoOpinion: everything else, except what
+//     must never wait for deputy (availabilityConditions); while deputy is
+//     unreachable RBAC decides alone.
+//  4. RBAC.
+//
+// kube-apiserver allows system:masters before any configured authorizer;
+// the masters condition only states that and saves a call should it change.
 const mastersMatchCondition = "!('system:masters' in request.groups)"
+
+// impersonationModes are the constrained impersonation modes of
+// kube-apiserver 1.37 (k8s.io/apiserver/pkg/endpoints/filters/impersonation
+// mode.go) with the resources each impersonate:<mode> check names, all in
+// group authentication.k8s.io: the modes deputy's gate knows.
+var impersonationModes = []struct {
+	mode      string
+	resources []string
+}{
+	{"serviceaccount", []string{"serviceaccounts"}},
+	{"user-info", []string{"users", "groups", "uids", "userextras"}},
+	{"arbitrary-node", []string{"nodes"}},
+	{"associated-node", []string{"nodes"}},
+}
+
+// impersonationExpression is true for exactly the checks deputy's gate
+// decides (authorizer/gate.go classifyImpersonation; the unit tests compare
+// the two): legacy impersonate on users, groups, serviceaccounts (group "")
+// and uids, userextras/<key> (authentication.k8s.io); impersonate:<mode> on
+// that mode's resources in authentication.k8s.io; impersonate-on:<mode>:<verb>
+// on any resource or path.
+func impersonationExpression() string {
+	var modes, constrained []string
+	for _, m := range impersonationModes {
+		modes = append(modes, m.mode)
+		constrained = append(constrained, fmt.Sprintf("(ra.verb == 'impersonate:%s' && ra.resource %s)", m.mode, celIn(m.resources)))
+	}
+	onVerb := fmt.Sprintf("'^impersonate-on:(%s):[^:]+$'", strings.Join(modes, "|"))
+	e := `has(request.resourceAttributes) ? (
+  (ra.verb == 'impersonate' && (ra.subresource == '' || ra.resource == 'userextras') && (
+    (ra.group == '' && ra.resource in ['users', 'groups', 'serviceaccounts']) ||
+    (ra.group == 'authentication.k8s.io' && ra.resource in ['uids', 'userextras']))) ||
+  (ra.group == 'authentication.k8s.io' && (ra.subresource == '' || ra.resource == 'userextras') && (
+    ` + strings.Join(constrained, " ||\n    ") + `)) ||
+  ra.verb.matches(` + onVerb + `)
+) : has(request.nonResourceAttributes) && request.nonResourceAttributes.verb.matches(` + onVerb + `)`
+	// Authorization matchConditions have no variables: spell the field out.
+	return strings.ReplaceAll(e, "ra.", "request.resourceAttributes.")
+}
+
+// Who and what never waits for deputy: the webhook for everything but
+// impersonation skips them, so they are decided by Node and RBAC alone and
+// a deputy outage (or a slow deputy) cannot delay them. Their impersonation
+// checks still go to the gate.
+var (
+	// controlPlaneUsers: kube-apiserver's loopback identity (also in
+	// system:masters), the controller manager and scheduler with their own
+	// credentials, and kube-proxy, which routes deputy's own Service.
+	controlPlaneUsers = []string{"system:apiserver", "system:kube-controller-manager", "system:kube-scheduler", "system:kube-proxy"}
+	// controlPlaneGroups: kubelets (the Node authorizer, first in the chain,
+	// decides what it can) and the kube-system ServiceAccounts the
+	// controllers use with --use-service-account-credentials (kubeadm's
+	// default), CoreDNS and kube-proxy.
+	controlPlaneGroups = []string{"system:nodes", "system:serviceaccounts:kube-system"}
+	// healthPaths: kube-apiserver's health and version endpoints, which
+	// probes and load balancers call anonymously (RBAC's
+	// system:public-info-viewer allows them).
+	healthPaths        = []string{"/healthz", "/livez", "/readyz", "/version", "/version/"}
+	healthPathPrefixes = []string{"/healthz/", "/livez/", "/readyz/"}
+)
+
+// availabilityConditions are the matchConditions of the webhook for
+// everything but impersonation, after the masters condition: not an
+// impersonation check (the other webhook has it), not a control-plane user
+// or deputy's own ServiceAccount (saUser; its list, watch and Lease requests
+// must not need deputy, or cluster mode could never start), not in a
+// control-plane group, not a health or version path.
+func availabilityConditions(saUser string) []string {
+	var prefixes []string
+	for _, p := range healthPathPrefixes {
+		prefixes = append(prefixes, "request.nonResourceAttributes.path.startsWith('"+p+"')")
+	}
+	return []string{
+		"!(" + impersonationExpression() + ")",
+		"!(request.user in " + celList(controlPlaneUsers) + ")",
+		"request.user != '" + saUser + "'",
+		"!request.groups.exists(g, g in " + celList(controlPlaneGroups) + ")",
+		"!has(request.nonResourceAttributes) || !(request.nonResourceAttributes.path in " + celList(healthPaths) + " ||\n  " +
+			strings.Join(prefixes, " || ") + ")",
+	}
+}
+
+// celIn renders a CEL membership test: == 'v' for one value, in [...] else.
+func celIn(values []string) string {
+	if len(values) == 1 {
+		return "== '" + values[0] + "'"
+	}
+	return "in " + celList(values)
+}
+
+// celList renders a CEL list of string literals. The values are constants
+// of this package or a validated ServiceAccount name (no quotes).
+func celList(values []string) string {
+	quoted := make([]string, len(values))
+	for i, v := range values {
+		quoted[i] = "'" + v + "'"
+	}
+	return "[" + strings.Join(quoted, ", ") + "]"
+}
 
 // File is one rendered file.
 type File struct {
@@ -123,12 +250,29 @@ type APIServerOptions struct {
 	// Required.
 	ClientCert []byte
 	ClientKey  []byte
-	// AuthorizationTimeout is the webhook authorizer's timeout; 0 means
-	// DefaultAuthorizationTimeout, at most MaxAuthorizationTimeout.
+	// AuthorizationTimeout is the webhook authorizers' timeout; 0 means
+	// DefaultAuthorizationTimeout, at most MaxAuthorizationTimeout. Not with
+	// LegacyFlags (kube-apiserver then uses LegacyWebhookTimeout).
 	AuthorizationTimeout time.Duration
-	// FailurePolicy is FailurePolicyDeny (the default when empty) or
-	// FailurePolicyNoOpinion: what kube-apiserver decides when deputy fails.
+	// ImpersonationFailurePolicy is what kube-apiserver decides for an
+	// impersonation check when deputy fails: FailurePolicyDeny (the default
+	// when empty; the gate stays closed) or FailurePolicyNoOpinion (RBAC
+	// decides alone). Not with LegacyFlags.
+	ImpersonationFailurePolicy string
+	// FailurePolicy is the same for everything else deputy decides:
+	// FailurePolicyNoOpinion (the default when empty) or FailurePolicyDeny.
+	// Not with LegacyFlags.
 	FailurePolicy string
+	// ServiceAccount is deputy's own ServiceAccount, namespace/name (default
+	// DefaultServiceAccount): its requests other than impersonation are never
+	// sent to deputy.
+	ServiceAccount string
+	// LegacyFlags renders for kube-apiserver's --authorization-mode and
+	// --authorization-webhook-* flags instead of an AuthorizationConfiguration
+	// (APIServerFiles then leaves out AuthorizationConfigFile): one webhook
+	// for every request, no matchConditions, and a webhook error is no
+	// opinion, so the gate is open while deputy is unreachable.
+	LegacyFlags bool
 	// AuthorizedTTL and UnauthorizedTTL are kube-apiserver's cache lifetimes
 	// for deputy's answers; 0 means DefaultAuthorizedTTL/DefaultUnauthorizedTTL.
 	AuthorizedTTL   time.Duration
@@ -147,10 +291,14 @@ func (o APIServerOptions) complete() (APIServerOptions, string, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
-	if o.AuthorizationTimeout == 0 {
+	switch {
+	case o.LegacyFlags && o.AuthorizationTimeout != 0:
+		errs = append(errs, fmt.Errorf("timeout %s cannot be set with the legacy flags: kube-apiserver's --authorization-webhook-* flags have no timeout (it is %s); use --authorization-config for a shorter one", o.AuthorizationTimeout, LegacyWebhookTimeout))
+	case o.LegacyFlags:
+		o.AuthorizationTimeout = LegacyWebhookTimeout
+	case o.AuthorizationTimeout == 0:
 		o.AuthorizationTimeout = DefaultAuthorizationTimeout
-	}
-	if o.AuthorizationTimeout < 0 || o.AuthorizationTimeout > MaxAuthorizationTimeout {
+	case o.AuthorizationTimeout < 0 || o.AuthorizationTimeout > MaxAuthorizationTimeout:
 		errs = append(errs, fmt.Errorf("timeout %s is out of range: kube-apiserver accepts more than 0s and at most %s", o.AuthorizationTimeout, MaxAuthorizationTimeout))
 	}
 	if o.AuthorizedTTL == 0 {
@@ -165,12 +313,20 @@ func (o APIServerOptions) complete() (APIServerOptions, string, error) {
 	if o.UnauthorizedTTL < 0 {
 		errs = append(errs, fmt.Errorf("unauthorized TTL %s must be positive", o.UnauthorizedTTL))
 	}
-	switch o.FailurePolicy {
-	case "":
-		o.FailurePolicy = FailurePolicyDeny
-	case FailurePolicyDeny, FailurePolicyNoOpinion:
-	default:
-		errs = append(errs, fmt.Errorf("failure policy %q is not supported: use %s or %s", o.FailurePolicy, FailurePolicyDeny, FailurePolicyNoOpinion))
+	if o.LegacyFlags && (o.FailurePolicy != "" || o.ImpersonationFailurePolicy != "") {
+		errs = append(errs, errors.New("failure policies cannot be set with the legacy flags: kube-apiserver's --authorization-webhook-* flags have none (a webhook error is no opinion); use --authorization-config for a gate that stays closed"))
+	}
+	if o.ImpersonationFailurePolicy, err = failurePolicy("impersonation failure policy", o.ImpersonationFailurePolicy, FailurePolicyDeny); err != nil {
+		errs = append(errs, err)
+	}
+	if o.FailurePolicy, err = failurePolicy("failure policy", o.FailurePolicy, FailurePolicyNoOpinion); err != nil {
+		errs = append(errs, err)
+	}
+	if o.ServiceAccount == "" {
+		o.ServiceAccount = DefaultServiceAccount
+	}
+	if ns, name, ok := strings.Cut(o.ServiceAccount, "/"); !ok || validation.IsDNS1123Label(ns) != nil || validation.IsDNS1123Subdomain(name) != nil {
+		errs = append(errs, fmt.Errorf("deputy's ServiceAccount %q must be namespace/name (a namespace and a ServiceAccount name), e.g. %s", o.ServiceAccount, DefaultServiceAccount))
 	}
 	// The node's paths are POSIX paths whatever OS renders them.
 	switch {
@@ -197,6 +353,24 @@ func (o APIServerOptions) complete() (APIServerOptions, string, error) {
 		errs = append(errs, fmt.Errorf("the client key is not a PEM private key: %w", err))
 	}
 	return o, base, errors.Join(errs...)
+}
+
+// failurePolicy validates a failure policy, returning def for "".
+func failurePolicy(what, p, def string) (string, error) {
+	switch p {
+	case "":
+		return def, nil
+	case FailurePolicyDeny, FailurePolicyNoOpinion:
+		return p, nil
+	}
+	return p, fmt.Errorf("%s %q is not supported: use %s or %s", what, p, FailurePolicyDeny, FailurePolicyNoOpinion)
+}
+
+// serviceAccountUser is the user name of deputy's ServiceAccount (o
+// completed).
+func (o APIServerOptions) serviceAccountUser() string {
+	ns, name, _ := strings.Cut(o.ServiceAccount, "/")
+	return serviceaccount.MakeUsername(ns, name)
 }
 
 // baseURL validates deputy's base URL and returns it without a trailing slash.
@@ -233,18 +407,20 @@ func baseURL(raw string) (string, error) {
 // this order: AuthorizationKubeconfigFile and AuthenticationKubeconfigFile
 // (kubeconfigs with the server URL + AuthorizePath/AuthenticatePath, the CA and
 // the client certificate and key embedded; mode 0600), AuthorizationConfigFile
-// (an apiserver.config.k8s.io/v1 AuthorizationConfiguration: deputy's Webhook
-// authorizer first, then Node and RBAC, kube-apiserver's default order),
-// ValidatingWebhookFile (two webhooks calling ValidatePath: AppProject
-// CREATE/UPDATE in argoproj.io and deputy.dev with failurePolicy Fail, and
-// Role/ClusterRole CREATE/UPDATE in rbac.authorization.k8s.io/v1 with
-// failurePolicy Ignore) and ReadmeFile (APIServerInstructions).
+// (an apiserver.config.k8s.io/v1 AuthorizationConfiguration: Node, deputy's
+// impersonation webhook, deputy's webhook for everything else, RBAC; see
+// mastersMatchCondition; left out with LegacyFlags), ValidatingWebhookFile
+// (two webhooks calling ValidatePath: AppProject CREATE/UPDATE in
+// argoproj.io and deputy.dev with failurePolicy Fail, and Role/ClusterRole
+// CREATE/UPDATE in rbac.authorization.k8s.io/v1 with failurePolicy Ignore)
+// and ReadmeFile (APIServerInstructions).
 //
 // Field names and limits follow k8s.io/apiserver/pkg/apis/apiserver/v1 and
 // its validation package; the output is deterministic for equal input.
 //
-// Errors: every invalid option at once (URL, durations, failure policy, Dir,
-// PEM inputs), each naming the option and the fix.
+// Errors: every invalid option at once (URL, durations, failure policies,
+// ServiceAccount, Dir, PEM inputs, options the legacy flags cannot carry),
+// each naming the option and the fix.
 func APIServerFiles(opts APIServerOptions) ([]File, error) {
 	o, base, err := opts.complete()
 	if err != nil {
@@ -258,21 +434,70 @@ func APIServerFiles(opts APIServerOptions) ([]File, error) {
 	if err != nil {
 		return nil, err
 	}
-	authzConfig, err := authorizationConfig(o)
-	if err != nil {
-		return nil, err
-	}
 	admission, err := validatingWebhook(base+ValidatePath, o)
 	if err != nil {
 		return nil, err
 	}
-	return []File{
+	files := []File{
 		{Name: AuthorizationKubeconfigFile, Data: authzKubeconfig, Mode: 0o600},
 		{Name: AuthenticationKubeconfigFile, Data: authnKubeconfig, Mode: 0o600},
-		{Name: AuthorizationConfigFile, Data: authzConfig, Mode: 0o644},
-		{Name: ValidatingWebhookFile, Data: admission, Mode: 0o644},
-		{Name: ReadmeFile, Data: []byte(instructions(o, base, "")), Mode: 0o644},
-	}, nil
+	}
+	if !o.LegacyFlags {
+		authzConfig, err := authorizationConfig(o)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, File{Name: AuthorizationConfigFile, Data: authzConfig, Mode: 0o644})
+	}
+	return append(files,
+		File{Name: ValidatingWebhookFile, Data: admission, Mode: 0o644},
+		File{Name: ReadmeFile, Data: []byte(instructions(o, base, "")), Mode: 0o644},
+	), nil
+}
+
+// Flag is one kube-apiserver command-line flag.
+type Flag struct {
+	Name, Value string
+}
+
+// String is the flag as typed: --name=value.
+func (f Flag) String() string { return "--" + f.Name + "=" + f.Value }
+
+// APIServerFlags returns the kube-apiserver flags (names of kube-apiserver
+// 1.37, k8s.io/kubernetes pkg/kubeapiserver/options) that make it use the
+// files APIServerFiles renders for opts, in the files' directory opts.Dir:
+// --authorization-config, or with LegacyFlags --authorization-mode (Node
+// first, then Webhook, then RBAC: Node never allows an impersonation check,
+// so the gate still comes before RBAC), --authorization-webhook-config-file,
+// -version and the cache TTLs; then the token webhook's flags.
+//
+// Errors: those of APIServerFiles for invalid options.
+func APIServerFlags(opts APIServerOptions) ([]Flag, error) {
+	o, _, err := opts.complete()
+	if err != nil {
+		return nil, err
+	}
+	return apiserverFlags(o), nil
+}
+
+func apiserverFlags(o APIServerOptions) []Flag {
+	var flags []Flag
+	if o.LegacyFlags {
+		flags = []Flag{
+			{"authorization-mode", "Node,Webhook,RBAC"},
+			{"authorization-webhook-config-file", path.Join(o.Dir, AuthorizationKubeconfigFile)},
+			{"authorization-webhook-version", "v1"},
+			{"authorization-webhook-cache-authorized-ttl", o.AuthorizedTTL.String()},
+			{"authorization-webhook-cache-unauthorized-ttl", o.UnauthorizedTTL.String()},
+		}
+	} else {
+		flags = []Flag{{"authorization-config", path.Join(o.Dir, AuthorizationConfigFile)}}
+	}
+	return append(flags,
+		Flag{"authentication-token-webhook-config-file", path.Join(o.Dir, AuthenticationKubeconfigFile)},
+		Flag{"authentication-token-webhook-version", "v1"},
+		Flag{"authentication-token-webhook-cache-ttl", "30s"},
+	)
 }
 
 func header(lines ...string) []byte {
@@ -306,27 +531,38 @@ func webhookKubeconfig(server string, o APIServerOptions) ([]byte, error) {
 
 func authorizationConfig(o APIServerOptions) ([]byte, error) {
 	kubeconfig := path.Join(o.Dir, AuthorizationKubeconfigFile)
+	webhook := func(policy string, conditions []string) *apiserverv1.WebhookConfiguration {
+		w := &apiserverv1.WebhookConfiguration{
+			AuthorizedTTL:                            metav1.Duration{Duration: o.AuthorizedTTL},
+			UnauthorizedTTL:                          metav1.Duration{Duration: o.UnauthorizedTTL},
+			Timeout:                                  metav1.Duration{Duration: o.AuthorizationTimeout},
+			SubjectAccessReviewVersion:               "v1",
+			MatchConditionSubjectAccessReviewVersion: "v1",
+			FailurePolicy:                            policy,
+			ConnectionInfo: apiserverv1.WebhookConnectionInfo{
+				Type:           apiserverv1.AuthorizationWebhookConnectionInfoTypeKubeConfigFile,
+				KubeConfigFile: &kubeconfig,
+			},
+		}
+		for _, c := range append([]string{mastersMatchCondition}, conditions...) {
+			w.MatchConditions = append(w.MatchConditions, apiserverv1.WebhookMatchCondition{Expression: c})
+		}
+		return w
+	}
 	cfg := apiserverv1.AuthorizationConfiguration{
 		TypeMeta: metav1.TypeMeta{APIVersion: apiserverv1.SchemeGroupVersion.String(), Kind: "AuthorizationConfiguration"},
 		Authorizers: []apiserverv1.AuthorizerConfiguration{
-			{
-				Type: string(apiserverv1.TypeWebhook),
-				Name: AuthorizerName,
-				Webhook: &apiserverv1.WebhookConfiguration{
-					AuthorizedTTL:                            metav1.Duration{Duration: o.AuthorizedTTL},
-					UnauthorizedTTL:                          metav1.Duration{Duration: o.UnauthorizedTTL},
-					Timeout:                                  metav1.Duration{Duration: o.AuthorizationTimeout},
-					SubjectAccessReviewVersion:               "v1",
-					MatchConditionSubjectAccessReviewVersion: "v1",
-					FailurePolicy:                            o.FailurePolicy,
-					ConnectionInfo: apiserverv1.WebhookConnectionInfo{
-						Type:           apiserverv1.AuthorizationWebhookConnectionInfoTypeKubeConfigFile,
-						KubeConfigFile: &kubeconfig,
-					},
-					MatchConditions: []apiserverv1.WebhookMatchCondition{{Expression: mastersMatchCondition}},
-				},
-			},
 			{Type: "Node", Name: "node"},
+			{
+				Type:    string(apiserverv1.TypeWebhook),
+				Name:    ImpersonationAuthorizerName,
+				Webhook: webhook(o.ImpersonationFailurePolicy, []string{impersonationExpression()}),
+			},
+			{
+				Type:    string(apiserverv1.TypeWebhook),
+				Name:    AuthorizerName,
+				Webhook: webhook(o.FailurePolicy, availabilityConditions(o.serviceAccountUser())),
+			},
 			{Type: "RBAC", Name: "rbac"},
 		},
 	}
@@ -336,7 +572,9 @@ func authorizationConfig(o APIServerOptions) ([]byte, error) {
 	}
 	return append(header(
 		"kube-apiserver --authorization-config="+path.Join(o.Dir, AuthorizationConfigFile)+" (replaces --authorization-mode).",
-		"Authorizers are asked in order: deputy, then Node, then RBAC.",
+		"Authorizers are asked in order: Node; deputy's gate (impersonation checks only, failurePolicy "+o.ImpersonationFailurePolicy+");",
+		"deputy (everything else but system:nodes, control-plane components, deputy's own ServiceAccount "+o.ServiceAccount+" and",
+		"kube-apiserver's health and version paths, failurePolicy "+o.FailurePolicy+"); RBAC. system:masters skips both webhooks.",
 	), data...), nil
 }
 
@@ -412,15 +650,13 @@ func validatingWebhook(endpoint string, o APIServerOptions) ([]byte, error) {
 }
 
 // APIServerInstructions returns the steps an operator takes to install the
-// files APIServerFiles renders for opts: copy three files from outDir to
-// opts.Dir on each control-plane node, replace --authorization-mode with
-// --authorization-config and add --authentication-token-webhook-config-file
-// (flag names of kube-apiserver 1.37, k8s.io/kubernetes
-// pkg/kubeapiserver/options), then apply the CRD and the
-// ValidatingWebhookConfiguration. outDir is where the files were written, as
-// the operator should type it; "" means the directory the text is read in
-// (ReadmeFile). Invalid options are not reported here (APIServerFiles does);
-// defaults are applied.
+// files APIServerFiles renders for opts: copy them from outDir to opts.Dir on
+// each control-plane node, change kube-apiserver's flags (APIServerFlags),
+// then apply the CRD and the ValidatingWebhookConfiguration; and what
+// happens while deputy is unreachable. outDir is where the files were
+// written, as the operator should type it; "" means the directory the text
+// is read in (ReadmeFile). Invalid options are not reported here
+// (APIServerFiles does); defaults are applied.
 func APIServerInstructions(opts APIServerOptions, outDir string) string {
 	o, base, _ := opts.complete()
 	if base == "" {
@@ -446,20 +682,38 @@ func instructions(o APIServerOptions, base, outDir string) string {
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	p("Point kube-apiserver at deputy (%s):", base)
 	p("")
+	copied := []string{AuthorizationConfigFile, AuthorizationKubeconfigFile, AuthenticationKubeconfigFile}
+	if o.LegacyFlags {
+		copied = copied[1:]
+	}
 	if abs, err := filepath.Abs(outDir); outDir != "" && err == nil && filepath.ToSlash(abs) == dir {
 		p("1. The files are already where kube-apiserver will read them (%s/). For another control-plane", dir)
 		p("   node, copy them to the same path there, or render them again with --dir set to the node's path:")
 	} else {
 		p("1. Copy %s to %s/ on every control-plane node (keep the kubeconfigs mode 0600):", from, dir)
 	}
-	p("     %s  %s  %s", AuthorizationConfigFile, AuthorizationKubeconfigFile, AuthenticationKubeconfigFile)
+	p("     %s", strings.Join(copied, "  "))
 	p("2. Change kube-apiserver's flags (kubeadm and kind: /etc/kubernetes/manifests/kube-apiserver.yaml;")
 	p("   the static pod also needs %s mounted as a read-only hostPath volume):", dir)
-	p("     remove --authorization-mode=...   (it cannot be combined with --authorization-config; Node and RBAC are in the file)")
-	p("     add    --authorization-config=%s", path.Join(dir, AuthorizationConfigFile))
-	p("     add    --authentication-token-webhook-config-file=%s", path.Join(dir, AuthenticationKubeconfigFile))
-	p("     add    --authentication-token-webhook-version=v1      (optional: the default is v1beta1; deputy answers both)")
-	p("     add    --authentication-token-webhook-cache-ttl=30s   (optional: the default caches token answers for 2m)")
+	if o.LegacyFlags {
+		p("     remove --authorization-config=...   (if set: it cannot be combined with --authorization-mode)")
+	} else {
+		p("     remove --authorization-mode=...   (it cannot be combined with --authorization-config; Node and RBAC are in the file)")
+	}
+	for _, f := range apiserverFlags(o) {
+		note := ""
+		switch f.Name {
+		case "authorization-mode":
+			note = "   (keep other modes you use; Webhook after Node, before RBAC)"
+		case "authorization-webhook-version":
+			note = "   (the default is v1beta1; deputy answers both)"
+		case "authentication-token-webhook-version":
+			note = "   (optional: the default is v1beta1; deputy answers both)"
+		case "authentication-token-webhook-cache-ttl":
+			note = "   (optional: the default caches token answers for 2m)"
+		}
+		p("     add    %s%s", f, note)
+	}
 	p("3. When kube-apiserver is back, install the CRD, then the admission webhooks (AppProjects; Roles and ClusterRoles);")
 	p("   skip this step when deputy runs in the cluster from manifests/base, which has both (docs/install.md):")
 	p("     kubectl apply -f manifests/%s/%s", CRDDir, DeputyAppProjectCRDFile)
@@ -469,14 +723,35 @@ func instructions(o APIServerOptions, base, outDir string) string {
 	p("--service-account-issuer). deputy's static tokens are valid for deputy serve --api-audiences (default")
 	p("https://kubernetes.default.svc.cluster.local): make the two agree, or tokens are rejected as unauthenticated.")
 	p("kube-apiserver must reach %s from its own network namespace: cluster DNS names do not resolve there.", base)
-	if o.FailurePolicy == FailurePolicyNoOpinion {
-		p("failurePolicy is NoOpinion: while deputy is unreachable, Node and RBAC decide alone and deputy's denials are not enforced.")
-	} else {
-		p("failurePolicy is Deny: while deputy is unreachable, every request outside system:masters is denied.")
+	p("")
+	p("While deputy is unreachable:")
+	switch {
+	case o.LegacyFlags:
+		p("- the legacy flags have no failure policy and no matchConditions: every request outside system:masters")
+		p("  that Node does not allow goes to deputy (kube-apiserver waits up to %s for an address that does not", LegacyWebhookTimeout)
+		p("  answer), and a webhook error is no opinion: RBAC decides alone. The impersonation gate is OPEN: an")
+		p("  RBAC rule granting impersonate (the built-in edit and admin roles grant it on ServiceAccounts) works")
+		p("  again once deputy's cached denial expires (--authorization-webhook-cache-unauthorized-ttl). Keep no")
+		p("  RBAC rule granting impersonate without resourceNames, or use --authorization-config.")
+	default:
+		if o.ImpersonationFailurePolicy == FailurePolicyDeny {
+			p("- impersonation is denied (%s, failurePolicy Deny): the gate stays closed;", ImpersonationAuthorizerName)
+		} else {
+			p("- impersonation is what RBAC allows (%s, failurePolicy NoOpinion): the gate is OPEN;", ImpersonationAuthorizerName)
+		}
+		if o.FailurePolicy == FailurePolicyNoOpinion {
+			p("- everything else is what Node and RBAC allow (%s, failurePolicy NoOpinion): deputy's own allows", AuthorizerName)
+			p("  and denials are not in force;")
+		} else {
+			p("- everything else is denied (%s, failurePolicy Deny) but for what never waits for deputy;", AuthorizerName)
+		}
+		p("- never sent to deputy except for impersonation, so never waiting for it: system:masters, system:nodes,")
+		p("  system:serviceaccounts:kube-system, %s, deputy's ServiceAccount %s,", strings.Join(controlPlaneUsers, ", "), o.ServiceAccount)
+		p("  and kube-apiserver's /healthz, /livez, /readyz (and below) and /version.")
 	}
-	p("Admission: while deputy is unreachable, AppProject writes fail (%s, failurePolicy Fail) and Roles and", AppProjectWebhookName)
-	p("ClusterRoles are admitted unchecked (%s, failurePolicy Ignore: an outage must not block RBAC", ImpersonationRBACWebhookName)
-	p("writes; deputy's impersonation gate ignores rules without resourceNames either way).")
+	p("- AppProject writes fail (%s, failurePolicy Fail) and Roles and ClusterRoles are", AppProjectWebhookName)
+	p("  admitted unchecked (%s, failurePolicy Ignore: an outage must not block RBAC writes;", ImpersonationRBACWebhookName)
+	p("  deputy's impersonation gate ignores rules without resourceNames either way).")
 	return b.String()
 }
 

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -64,14 +65,16 @@ func TestAPIServerFilesGolden(t *testing.T) {
 		opts func(*APIServerOptions)
 	}{
 		{name: "defaults", dir: "defaults", opts: func(*APIServerOptions) {}},
-		{name: "no opinion on failure, custom timings and a trailing slash", dir: "noopinion", opts: func(o *APIServerOptions) {
+		{name: "deny on failure, custom timings, ServiceAccount and a trailing slash", dir: "deny", opts: func(o *APIServerOptions) {
 			o.URL = "https://deputy.example:9443/"
-			o.FailurePolicy = FailurePolicyNoOpinion
+			o.FailurePolicy = FailurePolicyDeny
 			o.AuthorizationTimeout = 30 * time.Second
 			o.AuthorizedTTL = time.Minute
 			o.UnauthorizedTTL = 5 * time.Second
+			o.ServiceAccount = "gitops/deputy"
 			o.Dir = "/srv/deputy/"
 		}},
+		{name: "legacy flags", dir: "legacy", opts: func(o *APIServerOptions) { o.LegacyFlags = true }},
 	}
 	redact := strings.NewReplacer(
 		base64.StdEncoding.EncodeToString(c.CA), "<base64 ca.crt>",
@@ -109,6 +112,9 @@ func TestAPIServerFilesGolden(t *testing.T) {
 				}
 			}
 			want := []string{AuthorizationKubeconfigFile, AuthenticationKubeconfigFile, AuthorizationConfigFile, ValidatingWebhookFile, ReadmeFile}
+			if tt.dir == "legacy" {
+				want = slices.Delete(want, 2, 3) // the flags replace the AuthorizationConfiguration
+			}
 			if diff := cmp.Diff(want, names); diff != "" {
 				t.Errorf("file names (-want +got):\n%s", diff)
 			}
@@ -227,15 +233,19 @@ func TestAuthorizationConfigPassesKubeAPIServerValidation(t *testing.T) {
 	for _, a := range cfg.Authorizers {
 		got = append(got, authorizer{string(a.Type), a.Name})
 	}
-	if diff := cmp.Diff([]authorizer{{"Webhook", "deputy"}, {"Node", "node"}, {"RBAC", "rbac"}}, got); diff != "" {
-		t.Errorf("authorizers (-want +got):\n%s", diff)
+	want := []authorizer{{"Node", "node"}, {"Webhook", "deputy-impersonation"}, {"Webhook", "deputy"}, {"RBAC", "rbac"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("authorizers (-want +got):\n%s", diff)
 	}
-	w := cfg.Authorizers[0].Webhook
-	gotHook := []any{w.Timeout.Duration, w.AuthorizedTTL.Duration, w.UnauthorizedTTL.Duration, w.FailurePolicy, w.SubjectAccessReviewVersion,
-		w.MatchConditionSubjectAccessReviewVersion, w.ConnectionInfo.Type, *w.ConnectionInfo.KubeConfigFile, len(w.MatchConditions)}
-	wantHook := []any{3 * time.Second, 30 * time.Second, 10 * time.Second, "Deny", "v1", "v1", "KubeConfigFile", filepath.Join(out, AuthorizationKubeconfigFile), 1}
-	if diff := cmp.Diff(wantHook, gotHook); diff != "" {
-		t.Errorf("webhook (-want +got):\n%s", diff)
+	for i, policy := range map[int]string{1: "Deny", 2: "NoOpinion"} {
+		w := cfg.Authorizers[i].Webhook
+		gotHook := []any{w.Timeout.Duration, w.AuthorizedTTL.Duration, w.UnauthorizedTTL.Duration, w.FailurePolicy, w.SubjectAccessReviewVersion,
+			w.MatchConditionSubjectAccessReviewVersion, w.ConnectionInfo.Type, *w.ConnectionInfo.KubeConfigFile, w.MatchConditions[0].Expression}
+		wantHook := []any{3 * time.Second, 30 * time.Second, 10 * time.Second, policy, "v1", "v1", "KubeConfigFile", filepath.Join(out, AuthorizationKubeconfigFile),
+			"!('system:masters' in request.groups)"}
+		if diff := cmp.Diff(wantHook, gotHook); diff != "" {
+			t.Errorf("webhook %s (-want +got):\n%s", cfg.Authorizers[i].Name, diff)
+		}
 	}
 }
 
@@ -311,7 +321,12 @@ func TestAPIServerFilesRejectsBadOptions(t *testing.T) {
 		{name: "a URL that does not parse", mutate: func(o *APIServerOptions) { o.URL = "https://deputy:port" }, wantErr: []string{"does not parse"}},
 		{name: "a timeout above 30s", mutate: func(o *APIServerOptions) { o.AuthorizationTimeout = 31 * time.Second }, wantErr: []string{"timeout 31s", "at most 30s"}},
 		{name: "a negative TTL", mutate: func(o *APIServerOptions) { o.UnauthorizedTTL = -time.Second }, wantErr: []string{"unauthorized TTL"}},
-		{name: "an unknown failure policy", mutate: func(o *APIServerOptions) { o.FailurePolicy = "Allow" }, wantErr: []string{`"Allow"`, "Deny or NoOpinion"}},
+		{name: "an unknown failure policy", mutate: func(o *APIServerOptions) { o.FailurePolicy = "Allow" }, wantErr: []string{`failure policy "Allow"`, "Deny or NoOpinion"}},
+		{name: "an unknown impersonation failure policy", mutate: func(o *APIServerOptions) { o.ImpersonationFailurePolicy = "Fail" }, wantErr: []string{`impersonation failure policy "Fail"`, "Deny or NoOpinion"}},
+		{name: "a ServiceAccount without namespace", mutate: func(o *APIServerOptions) { o.ServiceAccount = "deputy" }, wantErr: []string{`ServiceAccount "deputy" must be namespace/name`}},
+		{name: "a ServiceAccount with a quote", mutate: func(o *APIServerOptions) { o.ServiceAccount = "ns/a'b" }, wantErr: []string{`ServiceAccount "ns/a'b" must be namespace/name`}},
+		{name: "a failure policy with the legacy flags", mutate: func(o *APIServerOptions) { o.LegacyFlags, o.ImpersonationFailurePolicy = true, "Deny" }, wantErr: []string{"failure policies cannot be set with the legacy flags"}},
+		{name: "a timeout with the legacy flags", mutate: func(o *APIServerOptions) { o.LegacyFlags, o.AuthorizationTimeout = true, time.Second }, wantErr: []string{"timeout 1s cannot be set with the legacy flags"}},
 		{name: "a relative node directory", mutate: func(o *APIServerOptions) { o.Dir = "apiserver" }, wantErr: []string{`"apiserver"`, "absolute"}},
 		{name: "no node directory", mutate: func(o *APIServerOptions) { o.Dir = "" }, wantErr: []string{"control-plane node is empty"}},
 		{name: "a key in place of the CA", mutate: func(o *APIServerOptions) { o.CA = c.Key }, wantErr: []string{"CA bundle is not PEM certificates"}},
@@ -351,8 +366,10 @@ func TestAPIServerInstructions(t *testing.T) {
 		"--authentication-token-webhook-cache-ttl",
 		"kubectl apply -f manifests/crds/deputy.dev_appprojects.yaml",
 		"kubectl apply -f " + filepath.Join("out", ValidatingWebhookFile),
-		"failurePolicy is Deny",
-		"Roles and\nClusterRoles are admitted unchecked (impersonation-rbac.deputy.dev, failurePolicy Ignore",
+		"impersonation is denied (deputy-impersonation, failurePolicy Deny): the gate stays closed",
+		"everything else is what Node and RBAC allow (deputy, failurePolicy NoOpinion)",
+		"deputy's ServiceAccount deputy-system/deputy",
+		"Roles and ClusterRoles are\n  admitted unchecked (impersonation-rbac.deputy.dev, failurePolicy Ignore",
 		"AppProject writes fail (appprojects.deputy.dev, failurePolicy Fail)",
 	} {
 		if !strings.Contains(got, want) {
@@ -369,9 +386,26 @@ func TestAPIServerInstructions(t *testing.T) {
 	if got := APIServerInstructions(APIServerOptions{URL: opts.URL, Dir: out}, "out"); !strings.Contains(got, "already where kube-apiserver will read them ("+out+"/)") {
 		t.Errorf("instructions for files rendered in place still ask to copy them:\n%s", got)
 	}
-	opts.FailurePolicy = FailurePolicyNoOpinion
-	if got := APIServerInstructions(opts, ""); !strings.Contains(got, "failurePolicy is NoOpinion") || !strings.Contains(got, "kubectl apply -f "+ValidatingWebhookFile+"\n") {
+	opts.FailurePolicy, opts.ImpersonationFailurePolicy = FailurePolicyDeny, FailurePolicyNoOpinion
+	if got := APIServerInstructions(opts, ""); !strings.Contains(got, "the gate is OPEN") || !strings.Contains(got, "everything else is denied (deputy, failurePolicy Deny)") ||
+		!strings.Contains(got, "kubectl apply -f "+ValidatingWebhookFile+"\n") {
 		t.Errorf("README instructions wrong:\n%s", got)
+	}
+	legacy := APIServerInstructions(APIServerOptions{URL: opts.URL, Dir: opts.Dir, LegacyFlags: true}, "out")
+	for _, want := range []string{
+		"remove --authorization-config",
+		"add    --authorization-mode=Node,Webhook,RBAC",
+		"add    --authorization-webhook-config-file=/etc/kubernetes/deputy/authorization-webhook.kubeconfig",
+		"add    --authorization-webhook-cache-unauthorized-ttl=10s",
+		"The impersonation gate is OPEN",
+		"waits up to 30s",
+	} {
+		if !strings.Contains(legacy, want) {
+			t.Errorf("legacy instructions lack %q:\n%s", want, legacy)
+		}
+	}
+	if strings.Contains(legacy, AuthorizationConfigFile) {
+		t.Errorf("legacy instructions name %s:\n%s", AuthorizationConfigFile, legacy)
 	}
 }
 

@@ -87,13 +87,13 @@ func DecodeAppProject(group string, data []byte) (*v1alpha1.AppProject, error) {
 	if err := strictUnmarshal(data, &a); err != nil {
 		var unknown *unknownFieldsError
 		if errors.As(err, &unknown) {
-			return nil, fmt.Errorf("%w: %s: the field is not in Argo CD v3.5's AppProject, and deputy cannot tell whether it narrows what a sync may touch, so the project grants nothing through deputy until the field is removed or deputy knows it",
+			return nil, fmt.Errorf("%w: %s: the field is not in Argo CD v3.5's AppProject, and deputy cannot tell whether it narrows what a sync may touch, so deputy refuses the project (it grants nothing; in a policy file it fails the load): remove the field",
 				ErrProjectRefused, strings.Join(unknown.msgs, "; "))
 		}
 		return nil, err
 	}
 	if a.Spec.PermitOnlyProjectScopedClusters {
-		return nil, fmt.Errorf("%w: spec.permitOnlyProjectScopedClusters is true: deputy cannot tell which clusters Argo CD scopes to this project, so the project grants nothing through deputy; set it to false and list the destinations instead", ErrProjectRefused)
+		return nil, fmt.Errorf("%w: spec.permitOnlyProjectScopedClusters is true: deputy cannot tell which clusters Argo CD scopes to this project, so deputy refuses the project (it grants nothing; in a policy file it fails the load); set it to false and list the destinations instead", ErrProjectRefused)
 	}
 	p := &v1alpha1.AppProject{TypeMeta: a.TypeMeta, ObjectMeta: a.ObjectMeta, Spec: v1alpha1.AppProjectSpec{
 		Description:                a.Spec.Description,

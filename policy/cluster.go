@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
@@ -70,8 +71,20 @@ type ClusterSourceOptions struct {
 	// most 200ms so that a change is visible within 1 s.
 	Debounce time.Duration
 	// DiscoveryInterval is how often the presence of the AppProject CRDs is
-	// re-checked; default DefaultDiscoveryInterval.
+	// re-checked; default DefaultDiscoveryInterval. With a Metadata client
+	// the CRDs are also watched, so a CRD installed or deleted is noticed
+	// within seconds; the poll is the fallback.
 	DiscoveryInterval time.Duration
+	// Resources are further custom resources whose presence (discovery
+	// serves them) the source tracks for its user, as it tracks the
+	// AppProjects': Served reports it. Cluster mode passes deputy.dev
+	// applications, whose CRD decides whether the Application controller
+	// runs.
+	Resources []schema.GroupVersionResource
+	// OnServedChange, if set, is called whenever what Served reports for an
+	// AppProject resource or one of Resources changes (also when it is
+	// first known), from the discovery goroutine: it must not block.
+	OnServedChange func()
 }
 
 // ClusterClients are the clients a ClusterSource reads the cluster with.
@@ -83,6 +96,12 @@ type ClusterClients struct {
 	// Discovery tells whether the AppProject CRDs are installed; default
 	// Kube's discovery client.
 	Discovery discovery.ServerResourcesInterfaceWithContext
+	// Metadata, if set, watches the CustomResourceDefinitions (metadata
+	// only; apiextensions.k8s.io/v1 customresourcedefinitions get, list,
+	// watch) so that installing or deleting one the source cares about
+	// triggers discovery at once; nil leaves only the DiscoveryInterval
+	// poll.
+	Metadata metadata.Interface
 }
 
 // ClusterStatus reports the state of a ClusterSource for readiness and logs.
@@ -140,6 +159,8 @@ type ClusterSource struct {
 
 	changed     chan struct{} // cap 1: a rebuild is pending
 	rediscover  chan struct{} // cap 1: check the CRDs now
+	crds        *crdWatch     // nil without a Metadata client
+	onServed    func()
 	factory     informers.SharedInformerFactory
 	rbac        []cache.SharedIndexInformer // roles, clusterroles, rolebindings, clusterrolebindings
 	everSynced  bool                        // rebuild goroutine only
@@ -148,6 +169,7 @@ type ClusterSource struct {
 	mu        sync.Mutex       // guards the fields below
 	resources *ResourceCatalog // built-in resources plus the last discovery
 	groups    []*projectGroup
+	tracked   []*trackedResource // ClusterSourceOptions.Resources
 	failures  map[string]failure
 	status    ClusterStatus
 }
@@ -212,7 +234,11 @@ func NewClusterSource(cfg *rest.Config, opts ClusterSourceOptions) (*ClusterSour
 	if err != nil {
 		return nil, fmt.Errorf("failed to create the discovery client: %w", err)
 	}
-	return NewClusterSourceForClients(ClusterClients{Kube: kube, Dynamic: dyn, Discovery: disco}, opts)
+	meta, err := metadata.NewForConfig(base)
+	if err != nil {
+		return nil, fmt.Errorf("failed to create the metadata client: %w", err)
+	}
+	return NewClusterSourceForClients(ClusterClients{Kube: kube, Dynamic: dyn, Discovery: disco, Metadata: meta}, opts)
 }
 
 // NewClusterSourceForClients returns a source reading through the given
@@ -250,11 +276,21 @@ func NewClusterSourceForClients(c ClusterClients, opts ClusterSourceOptions) (*C
 		conversions:       map[string]convertedProject{},
 		failures:          map[string]failure{},
 		resources:         BuiltinResources(),
+		onServed:          opts.OnServedChange,
 	}
 	for _, gvr := range AppProjectResources {
 		s.groups = append(s.groups, &projectGroup{gvr: gvr})
 	}
+	for _, gvr := range opts.Resources {
+		if gvr.Resource == "" || gvr.Version == "" {
+			return nil, fmt.Errorf("cluster source: Resources entry %v needs a version and a resource", gvr)
+		}
+		s.tracked = append(s.tracked, &trackedResource{gvr: gvr})
+	}
 	s.setupRBACInformers()
+	if c.Metadata != nil {
+		s.crds = s.newCRDWatch(c.Metadata)
+	}
 	return s, nil
 }
 
@@ -309,6 +345,9 @@ func (s *ClusterSource) Run(ctx context.Context) error {
 	defer wg.Wait()
 
 	s.factory.Start(ctx.Done())
+	if s.crds != nil {
+		wg.Go(func() { s.crds.informer.RunWithContext(ctx) })
+	}
 	wg.Go(func() {
 		if cache.WaitForCacheSync(ctx.Done(), hasSynced(s.rbac)...) {
 			s.kick()
@@ -681,16 +720,19 @@ func (s *ClusterSource) setFailure(name string, err error) {
 	s.failures[name] = failure{err: err, at: time.Now()}
 }
 
-// discoveryLoop checks the AppProject CRDs now and then every
-// discoveryInterval, sooner while a group's presence is still unknown or when
-// an AppProject informer got NotFound.
+// discoveryLoop checks the AppProject CRDs (and the tracked resources) now
+// and then every discoveryInterval; at once when a CRD the source cares
+// about is created, changed or deleted (the CRD watch) or an AppProject
+// informer got NotFound; and sooner while a presence is still unknown or
+// discovery does not agree yet with the CRDs the watch sees (kube-apiserver
+// serves a new CRD a moment after creating it).
 func (s *ClusterSource) discoveryLoop(ctx context.Context) {
 	retry := discoveryRetryMin
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
 		wait := s.discoveryInterval
-		if s.discover(ctx) {
+		if s.discover(ctx) && s.crdsAgree() {
 			retry = discoveryRetryMin
 		} else {
 			wait = min(retry, s.discoveryInterval)
@@ -751,11 +793,17 @@ func (s *ClusterSource) discoverResources(ctx context.Context) {
 }
 
 // discover asks discovery about each AppProject resource and starts or stops
-// its informers accordingly, and refreshes the resource catalog. It reports
-// whether every group's presence is known.
+// its informers accordingly, asks about each tracked resource, and
+// refreshes the resource catalog. It reports whether every presence is
+// known, and calls OnServedChange when one changed.
 func (s *ClusterSource) discover(ctx context.Context) bool {
 	s.discoverResources(ctx)
-	known := true
+	known, changed := s.discoverTracked(ctx)
+	defer func() {
+		if changed {
+			s.servedChanged()
+		}
+	}()
 	for i, gvr := range AppProjectResources {
 		g := s.groups[i]
 		key := "discovery " + gvr.GroupVersion().String()
@@ -777,6 +825,9 @@ func (s *ClusterSource) discover(ctx context.Context) bool {
 		s.mu.Lock()
 		prev := g.state
 		s.mu.Unlock()
+		if present != (prev == groupPresent) || prev == groupUnknown {
+			changed = true
+		}
 		switch {
 		case present && prev != groupPresent:
 			s.startGroup(ctx, g)

@@ -15,8 +15,14 @@ const FieldManager = "deputy"
 const TrackingAnnotation = "deputy.dev/tracking-id"
 
 // ControllerIdentity is the OperationState.Identity of a sync that ran
-// without impersonation because impersonation is not enforced.
+// without impersonation because no destinationServiceAccounts entry matched
+// and impersonation is not enforced.
 const ControllerIdentity = "controller identity: impersonation not enforced"
+
+// ControllerIdentityImpersonationDisabled is the OperationState.Identity of
+// a sync that ran without impersonation because sync.impersonation.enabled
+// is false.
+const ControllerIdentityImpersonationDisabled = "controller identity: impersonation disabled"
 
 // Request is one operation to run.
 type Request struct {

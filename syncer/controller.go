@@ -26,7 +26,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
@@ -88,7 +87,13 @@ type ControllerOptions struct {
 	Namespaces []string
 	// LeaderElection configures the Lease.
 	LeaderElection LeaderElectionOptions
-	Logger         *slog.Logger
+	// ApplicationsServed, if set, reports whether kube-apiserver serves the
+	// deputy.dev Application CRD (cluster mode: policy.ClusterSource.Served),
+	// and known is false while that cannot be told yet. The controller lists
+	// Applications and campaigns for the Lease only while it is served, and
+	// looks again when ApplicationsServedChanged is called. nil means served.
+	ApplicationsServed func() (served, known bool)
+	Logger             *slog.Logger
 }
 
 // Controller is deputy's Application controller for cluster mode. Every
@@ -115,6 +120,10 @@ type Controller struct {
 
 	leading atomic.Bool
 	ops     atomic.Pointer[Operations]
+	// servedChanged (cap 1) wakes Run when ApplicationsServed may have
+	// changed; informerStarted is set once the informer runs.
+	servedChanged   chan struct{}
+	informerStarted atomic.Bool
 
 	mu       sync.Mutex
 	queue    workqueue.TypedRateLimitingInterface[string]
@@ -208,7 +217,7 @@ func NewController(opts ControllerOptions) (*Controller, error) {
 		opts: opts, log: opts.Logger.With("controller", "applications"),
 		client: dyn.Resource(ApplicationsResource), kube: kube, identity: identity,
 		pending: map[string]recordedOperation{}, cleared: map[types.UID]int64{}, running: map[string]recordedOperation{}, due: map[string]bool{},
-		subs: map[string]map[*appSub]struct{}{},
+		subs: map[string]map[*appSub]struct{}{}, servedChanged: make(chan struct{}, 1),
 	}
 	if len(opts.Namespaces) > 0 {
 		c.namespaces = map[string]bool{}
@@ -349,21 +358,28 @@ func (c *Controller) dueIfAutomated(old, obj any) {
 
 // Application returns the Application namespace/name from the informer's
 // store, nil when there is none (or it is in a namespace this controller
-// does not reconcile).
+// does not reconcile, or the Application CRD is not served).
 //
 // Errors: policy.ErrNotLoaded until the Applications have been listed.
 func (c *Controller) Application(namespace, name string) (*v1alpha1.Application, error) {
 	if !c.informer.HasSynced() {
+		if c.knownNotServed() {
+			return nil, nil
+		}
 		return nil, policy.ErrNotLoaded
 	}
 	return c.get(appKey(namespace, name)), nil
 }
 
-// Applications lists the Applications this controller reconciles (copies).
+// Applications lists the Applications this controller reconciles (copies);
+// none while the Application CRD is not served.
 //
 // Errors: policy.ErrNotLoaded until they have been listed.
 func (c *Controller) Applications() ([]*v1alpha1.Application, error) {
 	if !c.informer.HasSynced() {
+		if c.knownNotServed() {
+			return nil, nil
+		}
 		return nil, policy.ErrNotLoaded
 	}
 	var out []*v1alpha1.Application
@@ -477,55 +493,90 @@ func (c *Controller) ApplicationStatus(namespace, name string) v1alpha1.Applicat
 }
 
 // Run starts the informer and campaigns for the Lease until ctx ends; while
-// leading it runs operations. When ctx ends while leading, it stops taking
-// operations, lets the running ones finish for up to ShutdownGrace (longer
-// ones are cancelled and left to the next leader), then releases the Lease
-// so that another replica takes over at once. It returns nil after that.
+// leading it runs operations. With ApplicationsServed set it does neither
+// while the Application CRD is not served: it waits, without a request to
+// the Lease, and starts when the CRD appears (and stops campaigning, as on
+// ctx's end, when it goes away). When ctx ends while leading, it stops
+// taking operations, lets the running ones finish for up to ShutdownGrace
+// (longer ones are cancelled and left to the next leader), then releases
+// the Lease so that another replica takes over at once, and logs whether
+// the release succeeded. It returns nil after that.
 func (c *Controller) Run(ctx context.Context) error {
-	go c.informer.RunWithContext(ctx)
-	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, c.opts.LeaderElection.Namespace, c.opts.LeaderElection.Name,
+	le := c.opts.LeaderElection
+	inner, err := resourcelock.New(resourcelock.LeasesResourceLock, le.Namespace, le.Name,
 		c.kube.CoreV1(), c.kube.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: c.identity})
 	if err != nil {
 		return fmt.Errorf("syncer: failed to build the Lease lock: %w", err)
 	}
-	electCtx, cancelElect := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelElect()
-	go func() {
-		<-ctx.Done()
-		c.waitTerm() // drain while still holding the Lease
-		cancelElect()
-	}()
-	le := c.opts.LeaderElection
-	c.log.Info("campaigning for the sync Lease", "lease", le.Namespace+"/"+le.Name, "identity", c.identity)
-	for electCtx.Err() == nil {
-		elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-			Lock:            lock,
-			LeaseDuration:   le.LeaseDuration,
-			RenewDeadline:   le.RenewDeadline,
-			RetryPeriod:     le.RetryPeriod,
-			ReleaseOnCancel: true,
-			Name:            le.Name,
-			Callbacks: leaderelection.LeaderCallbacks{
-				OnStartedLeading: func(leaderCtx context.Context) { c.lead(ctx, leaderCtx) },
-				OnStoppedLeading: func() {},
-				OnNewLeader: func(id string) {
-					if id != c.identity {
-						c.log.Info("another replica leads syncs", "leader", id)
-					}
-				},
-			},
-		})
-		if err != nil {
-			return fmt.Errorf("syncer: invalid leader election settings: %w", err)
+	lock := &reportingLock{Interface: inner, log: c.log, namespace: le.Namespace, name: le.Name}
+	waiting := false
+	for ctx.Err() == nil {
+		served, known := c.served()
+		if !served {
+			if !waiting && known {
+				c.log.Info("the deputy.dev Application CRD is not served: not campaigning for the sync Lease until it is (the impersonation gate works without it)",
+					"crd", "applications."+v1alpha1.Group)
+			}
+			waiting = waiting || known
+			select {
+			case <-ctx.Done():
+			case <-c.servedChanged:
+			}
+			continue
 		}
-		elector.Run(electCtx)
-		c.waitTerm()
-		if electCtx.Err() == nil {
-			c.log.Warn("lost the sync Lease; running operations were cancelled and are left to the next leader", "identity", c.identity)
+		waiting = false
+		if c.informerStarted.CompareAndSwap(false, true) {
+			go c.informer.RunWithContext(ctx)
+		}
+		// One campaign lasts while the CRD is served: its end (or ctx's) is
+		// a graceful stop, as on SIGTERM.
+		servedCtx, stop := context.WithCancel(ctx)
+		watched := make(chan struct{})
+		go func() {
+			defer close(watched)
+			for servedCtx.Err() == nil {
+				select {
+				case <-servedCtx.Done():
+				case <-c.servedChanged:
+					if served, _ := c.served(); !served {
+						c.log.Info("the deputy.dev Application CRD is no longer served: stopping the Application controller")
+						stop()
+					}
+				}
+			}
+		}()
+		err := c.campaign(servedCtx, lock)
+		stop()
+		<-watched // a change it consumed is seen by served() above
+		if err != nil {
+			return err
 		}
 	}
-	c.log.Info("released the sync Lease", "identity", c.identity)
 	return nil
+}
+
+// ApplicationsServedChanged tells the controller that what
+// ControllerOptions.ApplicationsServed reports may have changed. It never
+// blocks.
+func (c *Controller) ApplicationsServedChanged() {
+	select {
+	case c.servedChanged <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Controller) served() (served, known bool) {
+	if c.opts.ApplicationsServed == nil {
+		return true, true
+	}
+	return c.opts.ApplicationsServed()
+}
+
+// knownNotServed reports whether the Application CRD is known not to be
+// served (and the informer has not listed Applications).
+func (c *Controller) knownNotServed() bool {
+	served, known := c.served()
+	return known && !served
 }
 
 // waitTerm waits until the current leadership term (if any) has drained.
@@ -838,6 +889,13 @@ func (c *Controller) autoSync(ctx context.Context, app *v1alpha1.Application) er
 	switch {
 	case !auto.SelfHeal && app.Status.Sync.Status == v1alpha1.SyncStatusCodeSynced && app.Status.Sync.Revision == sha:
 		return nil
+	case !auto.SelfHeal && app.Status.Sync.Status == v1alpha1.SyncStatusCodeOutOfSync && app.Status.Sync.Revision == sha &&
+		(!auto.Prune || (last != nil && last.Operation.InitiatedBy.Automated && last.Operation.Sync != nil && last.Operation.Sync.Prune &&
+			last.SyncResult != nil && last.SyncResult.Revision == sha)):
+		// Synced to this revision, but objects that prune would delete
+		// remain: an automated sync without prune changes nothing, and one
+		// with prune already left them (Argo CD does not retry either).
+		return nil
 	case !auto.SelfHeal && last != nil && last.Phase != v1alpha1.OperationSucceeded && last.Operation.InitiatedBy.Automated &&
 		last.SyncResult != nil && last.SyncResult.Revision == sha:
 		c.log.Info("automated sync skipped: the last automated sync of this revision failed", "application", key, "revision", sha)
@@ -908,7 +966,7 @@ func (w *statusWriter) WriteOperationState(ctx context.Context, namespace, name 
 var errReplaced = errors.New("not written: the Application was deleted (and perhaps created again) since the operation was recorded")
 
 // writeStatus sets status.operationState (and status.sync after a
-// successful sync that was not a dry run) of the Application rec was
+// successful sync that was not a dry run: SyncStatusAfter) of the Application rec was
 // recorded on, re-reading on conflicts. It writes nothing to a replaced
 // Application (errReplaced).
 func (c *Controller) writeStatus(ctx context.Context, namespace, name string, rec recordedOperation, state *v1alpha1.OperationState) error {
@@ -928,8 +986,8 @@ func (c *Controller) writeStatus(ctx context.Context, namespace, name string, re
 			_ = runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &status) // a bad old status is replaced
 		}
 		status.OperationState = state
-		if state.Phase == v1alpha1.OperationSucceeded && state.Operation.Sync != nil && !state.Operation.Sync.DryRun && state.SyncResult != nil {
-			status.Sync = v1alpha1.SyncStatus{Status: v1alpha1.SyncStatusCodeSynced, Revision: state.SyncResult.Revision}
+		if sync, ok := SyncStatusAfter(state); ok {
+			status.Sync = sync
 		} else if status.Sync.Status == "" {
 			status.Sync.Status = v1alpha1.SyncStatusCodeUnknown
 		}
@@ -946,12 +1004,9 @@ func (c *Controller) writeStatus(ctx context.Context, namespace, name string, re
 // clearOperation removes the Application's operation field if it still
 // holds rec's operation on rec's object: an operation recorded meanwhile
 // (after someone removed rec's, as users cancel a sync) stays, and so does
-// anything on a replaced Application.
+// anything on a replaced Application. However the operation was spelled
+// (sameOperation), one that ran is removed.
 func (c *Controller) clearOperation(ctx context.Context, namespace, name string, rec recordedOperation) error {
-	want, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&rec.operation)
-	if err != nil {
-		return err
-	}
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		u, err := c.client.Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -963,11 +1018,11 @@ func (c *Controller) clearOperation(ctx context.Context, namespace, name string,
 		if u.GetUID() != rec.uid {
 			return nil
 		}
-		have, found := u.Object["operation"].(map[string]any)
-		if !found {
+		have, found := u.Object["operation"]
+		if !found || have == nil {
 			return nil
 		}
-		if !equality.Semantic.DeepEqual(have, want) {
+		if !sameOperation(u.GetGeneration(), have, rec) {
 			c.log.Info("the Application records another operation now; it is left for the next run", "application", appKey(namespace, name))
 			return nil
 		}
@@ -981,4 +1036,29 @@ func (c *Controller) clearOperation(ctx context.Context, namespace, name string,
 		c.mu.Unlock()
 		return nil
 	})
+}
+
+// sameOperation reports whether the operation field have, read from the
+// Application at generation, is still the operation rec records. The field
+// is part of what the generation counts (everything but metadata and
+// status): at rec's generation it is rec's operation, whatever its
+// spelling. After a later change (a spec edit, or the operation removed and
+// another recorded) the two are compared as decoded values, never as the
+// JSON objects: kube-apiserver keeps what the writer sent ("prune": false,
+// "revision": "", an empty initiatedBy), a decoded record drops it, and an
+// operation recorded by `kubectl patch` would never compare equal and never
+// be removed.
+func sameOperation(generation int64, have any, rec recordedOperation) bool {
+	if generation == rec.generation {
+		return true
+	}
+	m, ok := have.(map[string]any)
+	if !ok {
+		return false
+	}
+	var op v1alpha1.Operation
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &op); err != nil {
+		return false
+	}
+	return equality.Semantic.DeepEqual(op, rec.operation)
 }

@@ -124,6 +124,8 @@ type ctlRunner struct {
 	maxRunning int
 	runs       []*ctlRun
 	started    chan *ctlRun
+	// results are the resource results of every successful run.
+	results []*v1alpha1.ResourceResult
 }
 
 func newCtlRunner() *ctlRunner { return &ctlRunner{started: make(chan *ctlRun, 1000)} }
@@ -147,8 +149,11 @@ func (f *ctlRunner) Run(ctx context.Context, req syncer.Request, _ syncer.Progre
 	select {
 	case <-run.release:
 		now := metav1.Now()
+		f.mu.Lock()
+		results := f.results
+		f.mu.Unlock()
 		return &v1alpha1.OperationState{Phase: v1alpha1.OperationSucceeded, Message: "done: " + run.String(), FinishedAt: &now,
-			SyncResult: &v1alpha1.SyncOperationResult{Revision: "abc"}}
+			SyncResult: &v1alpha1.SyncOperationResult{Revision: "abc", Resources: results}}
 	case <-ctx.Done():
 		f.mu.Lock()
 		run.cancelled = true

@@ -18,5 +18,9 @@
 // credentials that cover that URL; local repositories only under the
 // configured directories, confined to them; no kustomize remote content
 // unless the operator allows it, never exec or KRM function plugins or Helm;
-// every fetch, render and operation bounded (Limits).
+// every fetch, render and operation bounded (Limits). It must not render in
+// the process it runs in (deputy's, which answers kube-apiserver's webhooks):
+// renders run in render workers, child processes bounded in memory
+// (render_worker.go), and a program that runs an Engine calls
+// RenderWorkerMain first thing in main when IsRenderWorker.
 package syncer

@@ -186,7 +186,8 @@ func NewEngine(opts EngineOptions) (*Engine, error) {
 		}
 	}
 	installGitTransport()
-	configureKustomizeRemote(opts.Kustomize.RemoteResources, opts.Kustomize.RemoteTimeout, opts.Limits.MaxFileBytes)
+	// kustomize's remote loading is set up by each render worker
+	// (configureKustomizeRemote), not here: no render runs in this process.
 	return &Engine{opts: opts, repos: &repoCache{dir: opts.CacheDir, creds: opts.RepoCredentials, secrets: opts.Secrets,
 		local: local, limits: opts.Limits, kustomize: opts.Kustomize}}, nil
 }
@@ -304,7 +305,7 @@ type identity struct {
 // and the impersonation settings. server is the resolved destination server.
 func (e *Engine) deriveIdentity(c *policy.CompiledProject, app *v1alpha1.Application, server string) (identity, error) {
 	if !e.opts.Impersonation.Enabled {
-		return identity{status: ControllerIdentity, reason: "impersonation is disabled"}, nil
+		return identity{status: ControllerIdentityImpersonationDisabled, reason: "impersonation is disabled"}, nil
 	}
 	dest := app.Spec.Destination
 	username, entry, err := c.Derive(server, dest.Namespace, app.Namespace)

@@ -165,15 +165,16 @@ func TestRunWithoutImpersonationSaysSo(t *testing.T) {
 		name string
 		imp  ImpersonationSettings
 		dest string
+		want string
 	}{
-		{"not enforced and no matching entry", ImpersonationSettings{Enabled: true, Enforced: false}, "guestbook-dev"},
-		{"impersonation disabled", ImpersonationSettings{}, "guestbook"},
+		{"not enforced and no matching entry", ImpersonationSettings{Enabled: true, Enforced: false}, "guestbook-dev", ControllerIdentity},
+		{"impersonation disabled", ImpersonationSettings{}, "guestbook", ControllerIdentityImpersonationDisabled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newEngineFixture(t, tc.imp)
 			st := f.engine.Run(t.Context(), Request{Application: f.app(func(a *v1alpha1.Application) { a.Spec.Destination.Namespace = tc.dest }), Project: f.project}, nil)
-			if st.Identity != ControllerIdentity {
-				t.Errorf("identity = %q, want %q", st.Identity, ControllerIdentity)
+			if st.Identity != tc.want {
+				t.Errorf("identity = %q, want %q", st.Identity, tc.want)
 			}
 			for _, r := range f.fake.requests {
 				if !strings.HasSuffix(r, " as= groups=") {
@@ -238,6 +239,10 @@ func TestSummarize(t *testing.T) {
 	}
 	phase, msg = summarize([]*v1alpha1.ResourceResult{r("Synced"), r("SyncFailed"), r("PruneSkipped")}, ControllerIdentity, true, false)
 	if phase != v1alpha1.OperationFailed || msg != "dry run: one or more resources failed: 1 of 3 failed, 1 to prune skipped, as the controller identity (impersonation not enforced)" {
+		t.Errorf("%s: %s", phase, msg)
+	}
+	phase, msg = summarize([]*v1alpha1.ResourceResult{r("Synced")}, ControllerIdentityImpersonationDisabled, false, false)
+	if phase != v1alpha1.OperationSucceeded || msg != "successfully synced 1 resources, as the controller identity (impersonation disabled)" {
 		t.Errorf("%s: %s", phase, msg)
 	}
 }

@@ -79,6 +79,8 @@ type repoCache struct {
 	limits Limits
 	// kustomize configures kustomize builds.
 	kustomize KustomizeOptions
+	// worker starts the render workers kustomize builds run in.
+	worker workerCommand
 
 	mu    sync.Mutex
 	locks map[string]*sync.Mutex
@@ -90,6 +92,9 @@ type repoCache struct {
 type openedRepo struct {
 	repo    *git.Repository
 	release func()
+	// where is where the repository is on disk, for a render worker to
+	// open it again (while release is not called, no fetch changes it).
+	where workerRepo
 }
 
 // repoLocation classifies a repoURL: a local repository (file:// URL or
@@ -153,7 +158,7 @@ func (c *repoCache) open(ctx context.Context, repoURL string) (*openedRepo, erro
 		if err != nil {
 			return nil, err
 		}
-		return &openedRepo{repo: repo, release: func() {}}, nil
+		return &openedRepo{repo: repo, release: func() {}, where: workerRepo{LocalRoot: root, LocalPath: local, URL: repoURL}}, nil
 	}
 
 	auth, err := c.auth(ctx, repoURL)
@@ -168,7 +173,7 @@ func (c *repoCache) open(ctx context.Context, repoURL string) (*openedRepo, erro
 		lock.Unlock()
 		return nil, err
 	}
-	return &openedRepo{repo: repo, release: lock.Unlock}, nil
+	return &openedRepo{repo: repo, release: lock.Unlock, where: workerRepo{Mirror: dir, URL: repoURL}}, nil
 }
 
 func (c *repoCache) lock(key string) *sync.Mutex {

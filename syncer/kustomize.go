@@ -3,7 +3,6 @@ package syncer
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/kustomize/api/konfig"
 	"sigs.k8s.io/kustomize/api/krusty"
@@ -43,10 +41,11 @@ type KustomizeOptions struct {
 	// http(s) with the git binary (kustomize's own cloner). When false (the
 	// default) every reference that is not a file or directory inside the
 	// repository fails the render before kustomize runs, naming
-	// sync.kustomize.remoteResources. NewEngine sets process-wide state
-	// either way (configureKustomizeRemote): http.DefaultTransport is
-	// wrapped (off: it refuses every request, a backstop behind the
-	// reference check) and git's environment restricted (off: no protocol).
+	// sync.kustomize.remoteResources. The render worker that runs the build
+	// sets process-wide state either way (configureKustomizeRemote):
+	// http.DefaultTransport is wrapped (off: it refuses every request, a
+	// backstop behind the reference check) and git's environment restricted
+	// (off: no protocol).
 	RemoteResources bool
 	// RemoteTimeout bounds one remote request (an HTTP request; for git, the
 	// low-speed timeout). Default DefaultKustomizeRemoteTimeout.
@@ -66,67 +65,48 @@ func kustomizeOptions() *krusty.Options {
 }
 
 // kustomizeBuild checks every reference reachable from the kustomization in
-// dir (repository-relative), then runs `kustomize build` in process over
-// gfs. The build runs in its own goroutine so that the operation's end
-// (ctx) ends the wait; gfs fails every read after ctx ended, so an abandoned
-// build stops at its next read.
-func kustomizeBuild(ctx context.Context, gfs *gitFS, dir string, opts KustomizeOptions) ([]*unstructured.Unstructured, error) {
+// dir (repository-relative), runs `kustomize build` over gfs and passes each
+// resulting object, as JSON, to emit. It runs only in a render worker
+// (render_worker.go), never in deputy's own process: what kustomize
+// allocates depends on what the repository holds (kyaml expands YAML
+// aliases, a patch is copied into every object it targets) and kustomize has
+// no bound or hook to stop a build. gfs fails every read after the
+// operation's context ended.
+func kustomizeBuild(gfs *gitFS, dir string, opts KustomizeOptions, emit func(json []byte) error) (err error) {
 	w := &refWalker{fs: gfs, remote: opts.RemoteResources, seen: map[string]bool{}}
 	if err := w.kustomization(dir, false, 0); err != nil {
-		return nil, err
+		return err
 	}
-	type result struct {
-		objs []*unstructured.Unstructured
-		err  error
-	}
-	done := make(chan result, 1)
-	go func() {
-		defer func() {
-			if r := recover(); r != nil {
-				done <- result{err: fmt.Errorf("kustomize failed unexpectedly: %v", r)}
-			}
-		}()
-		resMap, err := krusty.MakeKustomizer(kustomizeOptions()).Run(gfs, path.Join(gitMount, dir))
-		if err != nil {
-			done <- result{err: err}
-			return
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("kustomize failed unexpectedly: %v", r)
 		}
-		if err := gfs.budget.objects(resMap.Size()); err != nil {
-			done <- result{err: err}
-			return
-		}
-		objs := make([]*unstructured.Unstructured, 0, resMap.Size())
-		for _, r := range resMap.Resources() {
-			data, err := r.MarshalJSON()
-			if err != nil {
-				done <- result{err: fmt.Errorf("failed to encode %s: %w", r.CurId(), err)}
-				return
-			}
-			u := &unstructured.Unstructured{}
-			if err := u.UnmarshalJSON(data); err != nil {
-				done <- result{err: fmt.Errorf("failed to decode %s: %w", r.CurId(), err)}
-				return
-			}
-			objs = append(objs, u)
-		}
-		done <- result{objs: objs}
 	}()
-	select {
-	case r := <-done:
-		if r.err != nil && ctx.Err() != nil {
-			return nil, ctx.Err()
+	resMap, err := krusty.MakeKustomizer(kustomizeOptions()).Run(gfs, path.Join(gitMount, dir))
+	if err != nil {
+		if cerr := gfs.budget.ctx.Err(); cerr != nil {
+			return cerr
 		}
-		if r.err != nil {
-			// kustomize turns the errors of its reads into strings: a
-			// limit a read exceeded is returned as itself.
-			if lerr := gfs.budget.err(); lerr != nil {
-				return nil, lerr
-			}
+		// kustomize turns the errors of its reads into strings: a limit a
+		// read exceeded is returned as itself.
+		if lerr := gfs.budget.err(); lerr != nil {
+			return lerr
 		}
-		return r.objs, r.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
+		return err
 	}
+	if err := gfs.budget.objects(resMap.Size()); err != nil {
+		return err
+	}
+	for _, r := range resMap.Resources() {
+		data, err := r.MarshalJSON()
+		if err != nil {
+			return fmt.Errorf("failed to encode %s: %w", r.CurId(), err)
+		}
+		if err := emit(data); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // refWalker checks the references of kustomizations before kustomize runs:

@@ -25,8 +25,9 @@ import (
 // git binary into os.MkdirTemp("", "kustomize-") directories (with its own
 // per-clone timeout, 27s unless the URL's ?timeout= says otherwise, and
 // submodules unless ?submodules=false). What deputy can bound, it bounds
-// from outside, process-wide (configureKustomizeRemote; off, the same wrapper
-// refuses every request and git may use no protocol):
+// from outside, process-wide in the render worker that runs the build
+// (configureKustomizeRemote; off, the same wrapper refuses every request and
+// git may use no protocol):
 //   - http.DefaultTransport is wrapped: each request without a User-Agent
 //     (kustomize's; client-go, which may send through the default transport,
 //     always names itself) gets RemoteTimeout, and each response body is cut
@@ -64,7 +65,8 @@ var (
 const gitNoProtocol = "deputy-remote-resources-off"
 
 // configureKustomizeRemote sets what kustomize's remote loads may do,
-// process-wide (the latest engine's settings apply; deputy runs one). Off,
+// process-wide: a render worker calls it with its request's settings before
+// it renders (kustomize never runs in deputy's own process). Off,
 // it is the backstop behind the reference check of kustomizeBuild: should
 // a remote reference slip past that check, kustomize's HTTP request is
 // refused before it is sent (naming sync.kustomize.remoteResources) and
@@ -93,12 +95,6 @@ func configureKustomizeRemote(enabled bool, timeout time.Duration, maxBytes int6
 	} {
 		_ = os.Setenv(k, v)
 	}
-}
-
-// enableRemoteKustomize is configureKustomizeRemote for an engine with
-// remote resources on.
-func enableRemoteKustomize(timeout time.Duration, maxBytes int64) {
-	configureKustomizeRemote(true, timeout, maxBytes)
 }
 
 // boundedTransport bounds each request's time and each response's size.

@@ -239,7 +239,6 @@ func TestKustomizeOptionsKeepPluginsOff(t *testing.T) {
 // With remote resources on, http(s) content loads, within the per-request
 // timeout and the per-file byte limit; the other remote forms stay refused.
 func TestKustomizeRemoteResourcesWhenAllowed(t *testing.T) {
-	enableRemoteKustomize(2*time.Second, 64<<10)
 	srv, requests := countingServer(t)
 	endless := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: big}\ndata:\n  k: \""))
@@ -255,7 +254,9 @@ func TestKustomizeRemoteResourcesWhenAllowed(t *testing.T) {
 	t.Cleanup(hang.Close)
 
 	c := testCache(t)
+	// The render worker bounds each remote response by maxFileBytes.
 	c.kustomize = KustomizeOptions{RemoteResources: true, RemoteTimeout: 2 * time.Second}
+	c.limits.MaxFileBytes = 64 << 10
 	render := func(kustomization string) ([]string, error) {
 		r := newTestRepo(t)
 		r.write("app/kustomization.yaml", kustomization)

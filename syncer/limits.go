@@ -19,15 +19,27 @@ type Limits struct {
 	// the blob's declared size before reading), and one object received by a
 	// fetch (go-git's pack indexer holds each object in memory).
 	MaxFileBytes int64
-	// MaxRenderBytes bounds all bytes one render reads (files and trees).
+	// MaxRenderBytes bounds all bytes one render reads (files and trees),
+	// and the size of the objects it produces as deputy holds them
+	// (decodedSize: their JSON's bytes plus 48 per value).
 	MaxRenderBytes int64
 	// MaxFiles bounds the files one render reads.
 	MaxFiles int
 	// MaxObjects bounds the objects one render produces.
 	MaxObjects int
+	// MaxRenderMemory bounds the memory of one render: every render
+	// (kustomize or plain manifests) runs in a render worker (a child
+	// process, see render_worker.go) that is stopped when its Go memory
+	// (heap, stacks and runtime metadata, as GOMEMLIMIT counts it) exceeds
+	// this.
+	MaxRenderMemory int64
 	// MaxFetchBytes bounds the bytes received from a Git server by one
 	// fetch, and the total inflated size of the objects it receives.
 	MaxFetchBytes int64
+	// MaxFetchObjects bounds the objects one fetch receives (the count a
+	// pack declares in its header, checked before go-git indexes any):
+	// go-git's pack indexer keeps about 0.5 KiB per object in memory.
+	MaxFetchObjects int
 	// OperationTimeout bounds one operation (Engine.Run, DeleteResources).
 	OperationTimeout time.Duration
 }
@@ -38,9 +50,23 @@ const (
 	FieldMaxRenderBytes   = "sync.limits.maxRenderBytes"
 	FieldMaxFiles         = "sync.limits.maxFiles"
 	FieldMaxObjects       = "sync.limits.maxObjects"
+	FieldMaxRenderMemory  = "sync.limits.maxRenderMemory"
 	FieldMaxFetchBytes    = "sync.limits.maxFetchBytes"
+	FieldMaxFetchObjects  = "sync.limits.maxFetchObjects"
 	FieldOperationTimeout = "sync.limits.operationTimeout"
 )
+
+// DefaultMaxRenderMemory is the default of Limits.MaxRenderMemory: more
+// than twice what a large real application takes (3,000 Deployments and 30
+// CRDs of 100 KB through kustomize: 380 MB; docs/benchmarks.md), far below
+// what hostile input takes (YAML aliases: without bound).
+const DefaultMaxRenderMemory = 1 << 30
+
+// DefaultMaxFetchObjects is the default of Limits.MaxFetchObjects: about
+// 275 MB of go-git's indexer state while the fetch runs (0.55 KB per
+// object, measured), and a history of some 70,000 commits, which a GitOps
+// repository rarely has.
+const DefaultMaxFetchObjects = 500000
 
 // DefaultLimits are the defaults of config sync.limits: far above what a
 // real application needs, low enough that one operation cannot take deputy's
@@ -51,7 +77,9 @@ func DefaultLimits() Limits {
 		MaxRenderBytes:   256 << 20,
 		MaxFiles:         20000,
 		MaxObjects:       10000,
+		MaxRenderMemory:  DefaultMaxRenderMemory,
 		MaxFetchBytes:    2 << 30,
+		MaxFetchObjects:  DefaultMaxFetchObjects,
 		OperationTimeout: 30 * time.Minute,
 	}
 }
@@ -71,8 +99,14 @@ func (l Limits) withDefaults() Limits {
 	if l.MaxObjects <= 0 {
 		l.MaxObjects = d.MaxObjects
 	}
+	if l.MaxRenderMemory <= 0 {
+		l.MaxRenderMemory = d.MaxRenderMemory
+	}
 	if l.MaxFetchBytes <= 0 {
 		l.MaxFetchBytes = d.MaxFetchBytes
+	}
+	if l.MaxFetchObjects <= 0 {
+		l.MaxFetchObjects = d.MaxFetchObjects
 	}
 	if l.OperationTimeout <= 0 {
 		l.OperationTimeout = d.OperationTimeout
@@ -102,10 +136,10 @@ func bytesString(n int64) string {
 	return resource.NewQuantity(n, resource.BinarySI).String()
 }
 
-// renderBudget counts what one render reads and produces against Limits.
-// Reads may come from kustomize's goroutine while the render waits, so it is
-// safe for concurrent use. ctx is the operation's: a read after it ended
-// fails, so that an abandoned build stops at its next read.
+// renderBudget counts what one render (in a render worker) reads and
+// produces against Limits. It is safe for concurrent use. ctx is the
+// operation's: a read after it ended fails, so that a build stops at its next
+// read (and deputy kills the worker at that deadline anyway).
 type renderBudget struct {
 	ctx    context.Context
 	limits Limits

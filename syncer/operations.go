@@ -450,9 +450,9 @@ func (o *Operations) Status(namespace, name string) (*v1alpha1.OperationState, b
 }
 
 // ApplicationStatus is the status deputy serves for an Application: the latest
-// OperationState, and a sync status as of that operation (Synced at its
-// revision after a successful sync that was not a dry run, else Unknown;
-// deputy does not compare live state between operations yet).
+// OperationState, and a sync status as of that operation (SyncStatusAfter;
+// Unknown when it tells nothing: deputy does not compare live state between
+// operations yet).
 func (o *Operations) ApplicationStatus(namespace, name string) v1alpha1.ApplicationStatus {
 	st := v1alpha1.ApplicationStatus{Sync: v1alpha1.SyncStatus{Status: v1alpha1.SyncStatusCodeUnknown}}
 	state, ok := o.Status(namespace, name)
@@ -460,10 +460,45 @@ func (o *Operations) ApplicationStatus(namespace, name string) v1alpha1.Applicat
 		return st
 	}
 	st.OperationState = state
-	if state.Phase == v1alpha1.OperationSucceeded && state.Operation.Sync != nil && !state.Operation.Sync.DryRun && state.SyncResult != nil {
-		st.Sync = v1alpha1.SyncStatus{Status: v1alpha1.SyncStatusCodeSynced, Revision: state.SyncResult.Revision}
+	if sync, ok := SyncStatusAfter(state); ok {
+		st.Sync = sync
 	}
 	return st
+}
+
+// SyncStatusAfter is the Application's sync status as a final operation
+// state shows it, and false when the state tells nothing about it (a dry
+// run, an operation that did not succeed or is still running). After a
+// successful sync it is Synced at the synced revision, unless objects the
+// Application tracks but no longer renders still exist (results with status
+// PruneSkipped: prune was off, or skipped them): then OutOfSync at that
+// revision, as Argo CD reports an Application whose resources require
+// pruning.
+func SyncStatusAfter(state *v1alpha1.OperationState) (v1alpha1.SyncStatus, bool) {
+	if state == nil || state.Phase != v1alpha1.OperationSucceeded || state.Operation.Sync == nil || state.Operation.Sync.DryRun || state.SyncResult == nil {
+		return v1alpha1.SyncStatus{}, false
+	}
+	status := v1alpha1.SyncStatusCodeSynced
+	if len(PruneSkipped(state)) > 0 {
+		status = v1alpha1.SyncStatusCodeOutOfSync
+	}
+	return v1alpha1.SyncStatus{Status: status, Revision: state.SyncResult.Revision}, true
+}
+
+// PruneSkipped returns the results of state whose objects were left in
+// place although the Application no longer renders them (status
+// PruneSkipped): each object that prune would delete, or that it skipped.
+func PruneSkipped(state *v1alpha1.OperationState) []*v1alpha1.ResourceResult {
+	if state == nil || state.SyncResult == nil {
+		return nil
+	}
+	var out []*v1alpha1.ResourceResult
+	for _, r := range state.SyncResult.Resources {
+		if r != nil && r.Status == v1alpha1.ResultCodePruneSkipped {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // Running reports whether an operation of the Application runs.

@@ -123,6 +123,9 @@ type plan struct {
 	createSlot      int
 	// pruneScopes are listed for objects to prune (when prune is on).
 	pruneScopes []pruneScope
+	// orphanScopes are the same places when prune is off: listed after the
+	// apply, where the identity may, to report what prune would delete.
+	orphanScopes []pruneScope
 }
 
 // crdInfo is what a CustomResourceDefinition of this sync says about its kind.
@@ -215,6 +218,8 @@ func (op *operation) plan(ctx context.Context, cl *clients, compiled *policy.Com
 	}
 	if op.pruneEnabled() {
 		p.pruneScopes = op.pruneScopes(ctx, cl.mapper, compiled, p)
+	} else {
+		p.orphanScopes = op.pruneScopes(ctx, cl.mapper, compiled, p)
 	}
 	return p, nil
 }

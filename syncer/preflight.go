@@ -18,8 +18,10 @@ import (
 
 // The preflight asks kube-apiserver, before anything is written, whether the
 // operation's identity may make every request the operation will make, and
-// reports everything missing at once with the RBAC objects that would grant
-// exactly that.
+// reports everything missing at once, prune's permissions included (where
+// prune may not list yet, "delete" there is asked too), with RBAC objects
+// that grant everything the operation needs (neededPermissions): applying
+// them replaces an earlier suggestion and converges in one step.
 //
 // What is asked, per object, mirrors what kube-apiserver authorizes (see
 // k8s.io/apiserver/pkg/endpoints/handlers/patch.go): a server-side apply is
@@ -129,12 +131,15 @@ type preflightError struct {
 	who      string
 	missing  []missingPermission
 	problems []string
-	appNS    string
-	appName  string
+	// needed is every permission the operation needs, the missing ones
+	// included: what the suggested RBAC objects grant.
+	needed  []missingPermission
+	appNS   string
+	appName string
 }
 
 func (e *preflightError) Error() string {
-	return formatPreflight(e.who, e.appNS, e.appName, e.missing, e.problems)
+	return formatPreflight(e.who, e.appNS, e.appName, e.missing, e.problems, e.needed)
 }
 
 // preflight checks the ServiceAccount and every permission of the plan. It
@@ -230,6 +235,21 @@ func (op *operation) preflight(ctx context.Context, cl *clients, id identity, p 
 	for _, c := range res.candidates {
 		checks.add("delete", c.scope.gvr, c.namespace, c.name, c.key().String()+" (prune)")
 	}
+	// Where prune may not list, what it would delete is not known yet; ask
+	// for "delete" there now rather than in the next report.
+	for _, s := range scopes {
+		if !s.prune || !denied[s.key()] {
+			continue
+		}
+		what := "prune: objects of " + s.gvk.Kind + " tracked as " + op.tracking
+		if s.namespace != "" {
+			checks.add("delete", s.gvr, s.namespace, "", what)
+			continue
+		}
+		for _, name := range op.expectedPruneNames(s, p) {
+			checks.add("delete", s.gvr, "", name, s.gvk.Kind+" "+name+" (prune: recorded by the last sync, no longer rendered)")
+		}
+	}
 	more, err := op.runChecks(ctx, cl, checks.order)
 	if err != nil {
 		return nil, err
@@ -237,9 +257,122 @@ func (op *operation) preflight(ctx context.Context, cl *clients, id identity, p 
 	missing = append(missing, more...)
 	if len(missing) > 0 || len(problems) > 0 {
 		sortMissing(missing)
-		return nil, &preflightError{who: cl.who, missing: missing, problems: problems, appNS: op.app.Namespace, appName: op.app.Name}
+		return nil, &preflightError{who: cl.who, missing: missing, problems: problems,
+			needed: op.neededPermissions(p, res, scopes), appNS: op.app.Namespace, appName: op.app.Name}
 	}
 	return res, nil
+}
+
+// expectedPruneNames are the objects of a cluster-scoped prune scope that
+// the last operation recorded and that are not rendered now: what prune will
+// most likely find there, for when the identity may not list it yet.
+func (op *operation) expectedPruneNames(s listTarget, p *plan) []string {
+	var names []string
+	for _, r := range previousResults(op.app) {
+		if r.Group == s.gvk.Group && r.Kind == s.gvk.Kind && r.Namespace == "" && r.Name != "" &&
+			!p.rendered[objKey{group: r.Group, kind: r.Kind, name: r.Name}] {
+			names = append(names, r.Name)
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
+// neededPermissions is everything the operation needs, whether the identity
+// has it or not, for the suggested RBAC objects: granting all of it (they
+// replace an earlier version of themselves) makes the whole operation pass
+// in one step, where granting only what is missing would take away what an
+// earlier suggestion granted. Per (resource, namespace) of the rendered
+// objects: get and list (to see which exist and which Application tracks
+// them), create and patch (server-side apply); get of each
+// CustomResourceDefinition applied (to wait until it is Established); create
+// namespaces for CreateNamespace=true when the namespace is missing; with
+// prune, list of every prune scope and delete there. Objects another
+// Application tracks are never sent and need nothing.
+//
+// Namespaced permissions are for every name in their namespace (the objects
+// of an Application change with its source; the Role is limited to the
+// namespace); cluster-scoped ones name their objects (resourceNames), except
+// where the request carries no name: list, and create of a Namespace.
+func (op *operation) neededPermissions(p *plan, res *preflightResult, scopes []listTarget) []missingPermission {
+	var need grantSet
+	for _, s := range scopes {
+		switch {
+		case s.prune:
+			need.add("list", s.gvr, s.namespace, "")
+			if s.namespace != "" {
+				need.add("delete", s.gvr, s.namespace, "")
+			} else {
+				for _, name := range op.expectedPruneNames(s, p) {
+					need.add("delete", s.gvr, "", name)
+				}
+			}
+		case s.namespace != "":
+			need.add("list", s.gvr, s.namespace, "")
+		}
+	}
+	for _, c := range res.candidates {
+		need.add("delete", c.scope.gvr, c.namespace, c.name)
+	}
+	for _, o := range p.objects {
+		if res.trackedBy[o.key] != "" {
+			continue
+		}
+		need.add("get", o.gvr, o.namespace(), o.name())
+		need.add("create", o.gvr, o.namespace(), o.name())
+		need.add("patch", o.gvr, o.namespace(), o.name())
+		if o.group == groupCRDs && !op.req.Sync.DryRun {
+			need.add("get", gvrCRDs, "", o.name())
+		}
+	}
+	if res.createNamespace {
+		need.add("create", gvrNamespaces, "", "")
+	}
+	out := need.list()
+	sortMissing(out)
+	return out
+}
+
+type grantKey struct{ verb, group, resource, namespace string }
+
+// grantSet collects permissions, one per (verb, group, resource,
+// namespace): for every name (a namespaced one, or a request without a
+// name) or for the names added.
+type grantSet struct {
+	order []grantKey
+	names map[grantKey]map[string]bool
+	all   map[grantKey]bool
+}
+
+func (g *grantSet) add(verb string, gvr schema.GroupVersionResource, namespace, name string) {
+	if g.names == nil {
+		g.names, g.all = map[grantKey]map[string]bool{}, map[grantKey]bool{}
+	}
+	k := grantKey{verb, gvr.Group, gvr.Resource, namespace}
+	if _, ok := g.names[k]; !ok {
+		g.names[k] = map[string]bool{}
+		g.order = append(g.order, k)
+	}
+	if namespace != "" || name == "" {
+		g.all[k] = true
+		return
+	}
+	g.names[k][name] = true
+}
+
+func (g *grantSet) list() []missingPermission {
+	out := make([]missingPermission, 0, len(g.order))
+	for _, k := range g.order {
+		m := missingPermission{Verb: k.verb, Group: k.group, Resource: k.resource, Namespace: k.namespace}
+		if !g.all[k] {
+			for n := range g.names[k] {
+				m.Names = append(m.Names, n)
+			}
+			sort.Strings(m.Names)
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 // readUnlisted reads (metadata GET, as the identity) every rendered object in
@@ -500,10 +633,13 @@ func sortMissing(m []missingPermission) {
 const maxObjectsShown = 3
 
 // formatPreflight is the preflight's message: every missing permission, the
-// problems, and the Role/ClusterRole (with its binding) that would grant
-// exactly the missing permissions: namespaced ones in a Role per namespace,
-// cluster-scoped ones in a ClusterRole.
-func formatPreflight(who, appNS, appName string, missing []missingPermission, problems []string) string {
+// problems, and the Roles and ClusterRole (with their bindings) that grant
+// everything the operation needs (needed; the missing permissions when it is
+// empty): namespaced permissions in a Role per namespace, cluster-scoped ones
+// in a ClusterRole. The objects' names are fixed per Application, so applying
+// a later suggestion replaces an earlier one, and since each holds all the
+// operation needs, one application converges.
+func formatPreflight(who, appNS, appName string, missing []missingPermission, problems []string, needed []missingPermission) string {
 	var b strings.Builder
 	n := len(missing)
 	switch {
@@ -523,8 +659,11 @@ func formatPreflight(who, appNS, appName string, missing []missingPermission, pr
 	if n == 0 {
 		return strings.TrimRight(b.String(), "\n")
 	}
-	b.WriteString("These RBAC objects grant exactly the missing permissions (kubectl apply -f -):\n")
-	b.WriteString(rbacFor(who, appNS, appName, missing))
+	if len(needed) == 0 {
+		needed = missing
+	}
+	b.WriteString("These RBAC objects grant everything this sync needs, not only what is missing, and replace an earlier version of themselves (kubectl apply -f -):\n")
+	b.WriteString(rbacFor(who, appNS, appName, needed))
 	return strings.TrimRight(b.String(), "\n")
 }
 
@@ -550,8 +689,9 @@ func describeMissing(m missingPermission) string {
 	return s
 }
 
-// rbacFor renders the Roles, ClusterRole and bindings as YAML documents.
-func rbacFor(who, appNS, appName string, missing []missingPermission) string {
+// rbacFor renders the Roles, ClusterRole and bindings granting perms as YAML
+// documents.
+func rbacFor(who, appNS, appName string, perms []missingPermission) string {
 	subject := map[string]any{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": who}
 	if rest, ok := strings.CutPrefix(who, "system:serviceaccount:"); ok {
 		if ns, name, ok := strings.Cut(rest, ":"); ok {
@@ -560,7 +700,7 @@ func rbacFor(who, appNS, appName string, missing []missingPermission) string {
 	}
 	byNS := map[string][]missingPermission{}
 	var namespaces []string
-	for _, m := range missing {
+	for _, m := range perms {
 		if _, ok := byNS[m.Namespace]; !ok {
 			namespaces = append(namespaces, m.Namespace)
 		}
@@ -589,13 +729,13 @@ func rbacFor(who, appNS, appName string, missing []missingPermission) string {
 	return "---\n" + strings.Join(docs, "---\n")
 }
 
-// rulesFor merges missing permissions into few rules: one per (group,
+// rulesFor merges permissions into few rules: one per (group,
 // resourceNames, verbs), listing the resources that share them.
-func rulesFor(missing []missingPermission) []any {
+func rulesFor(perms []missingPermission) []any {
 	type resKey struct{ group, resource, names string }
 	verbs := map[resKey]map[string]bool{}
 	var keys []resKey
-	for _, m := range missing {
+	for _, m := range perms {
 		k := resKey{m.Group, m.Resource, strings.Join(m.Names, "\x00")}
 		if verbs[k] == nil {
 			verbs[k] = map[string]bool{}

@@ -35,10 +35,15 @@ func golden(t *testing.T, name, got string) {
 
 func TestPreflightReport(t *testing.T) {
 	const who = "system:serviceaccount:guestbook:guestbook-deployer"
-	t.Run("one missing permission names it and the Role that grants it", func(t *testing.T) {
+	t.Run("one missing permission names it, and the Role grants everything the sync needs", func(t *testing.T) {
 		got := formatPreflight(who, "argocd", "guestbook", []missingPermission{
 			{Verb: "create", Resource: "services", Namespace: "guestbook", Objects: []string{"Service guestbook/guestbook-ui"}},
-		}, nil)
+		}, nil, []missingPermission{
+			{Verb: "get", Resource: "services", Namespace: "guestbook"},
+			{Verb: "list", Resource: "services", Namespace: "guestbook"},
+			{Verb: "create", Resource: "services", Namespace: "guestbook"},
+			{Verb: "patch", Resource: "services", Namespace: "guestbook"},
+		})
 		golden(t, "preflight_one.golden", got)
 	})
 	t.Run("many permissions in several namespaces and cluster-scoped", func(t *testing.T) {
@@ -53,17 +58,31 @@ func TestPreflightReport(t *testing.T) {
 			{Verb: "get", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions", Names: []string{"widgets.example.com"}},
 		}
 		sortMissing(missing)
-		got := formatPreflight(who, "argocd", "guestbook", missing, []string{"prune: cannot list widgets.example.com in namespace guestbook: the server is on fire"})
+		var needed []missingPermission
+		for _, r := range []struct{ group, resource, ns string }{{"apps", "deployments", "guestbook"}, {"", "configmaps", "guestbook"}, {"", "services", "guestbook"}, {"", "configmaps", "guestbook-staging"}} {
+			for _, v := range []string{"get", "list", "create", "patch"} {
+				needed = append(needed, missingPermission{Verb: v, Group: r.group, Resource: r.resource, Namespace: r.ns})
+			}
+		}
+		needed = append(needed,
+			missingPermission{Verb: "delete", Resource: "configmaps", Namespace: "guestbook-staging"},
+			missingPermission{Verb: "create", Resource: "namespaces"},
+			missingPermission{Verb: "get", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions", Names: []string{"widgets.example.com"}},
+			missingPermission{Verb: "create", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions", Names: []string{"widgets.example.com"}},
+			missingPermission{Verb: "patch", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions", Names: []string{"widgets.example.com"}},
+		)
+		sortMissing(needed)
+		got := formatPreflight(who, "argocd", "guestbook", missing, []string{"prune: cannot list widgets.example.com in namespace guestbook: the server is on fire"}, needed)
 		golden(t, "preflight_many.golden", got)
 	})
 	t.Run("the controller identity is bound as a user", func(t *testing.T) {
-		got := formatPreflight("alice", "argocd", "app", []missingPermission{{Verb: "patch", Resource: "configmaps", Namespace: "x"}}, nil)
+		got := formatPreflight("alice", "argocd", "app", []missingPermission{{Verb: "patch", Resource: "configmaps", Namespace: "x"}}, nil, nil)
 		if !strings.Contains(got, "kind: User\n  name: alice") {
 			t.Errorf("subject:\n%s", got)
 		}
 	})
 	t.Run("problems alone are reported without RBAC objects", func(t *testing.T) {
-		got := formatPreflight(who, "argocd", "app", nil, []string{"prune: cannot list configmaps in namespace x: boom"})
+		got := formatPreflight(who, "argocd", "app", nil, []string{"prune: cannot list configmaps in namespace x: boom"}, nil)
 		if strings.Contains(got, "kind: Role") || !strings.Contains(got, "boom") {
 			t.Errorf("report:\n%s", got)
 		}
@@ -71,16 +90,16 @@ func TestPreflightReport(t *testing.T) {
 }
 
 // The YAML a failed preflight prints is valid RBAC that grants exactly the
-// missing permissions: decode it and compare.
+// permissions given: decode it and compare.
 func TestPreflightRBACDecodes(t *testing.T) {
-	missing := []missingPermission{
+	perms := []missingPermission{
 		{Verb: "create", Resource: "services", Namespace: "guestbook"},
 		{Verb: "patch", Resource: "services", Namespace: "guestbook"},
 		{Verb: "patch", Resource: "configmaps", Namespace: "guestbook"},
 		{Verb: "create", Group: "apps", Resource: "deployments", Namespace: "guestbook", Names: []string{"a", "b"}},
 		{Verb: "create", Resource: "namespaces"},
 	}
-	out := rbacFor("system:serviceaccount:guestbook:deployer", "argocd", "guestbook", missing)
+	out := rbacFor("system:serviceaccount:guestbook:deployer", "argocd", "guestbook", perms)
 	docs := strings.Split(strings.TrimPrefix(out, "---\n"), "---\n")
 	if len(docs) != 4 {
 		t.Fatalf("%d documents, want ClusterRole, ClusterRoleBinding, Role, RoleBinding:\n%s", len(docs), out)

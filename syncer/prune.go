@@ -53,9 +53,22 @@ func keyLess(a, b objKey) bool {
 	return a.name < b.name
 }
 
+// pruneOffMessage is the message of the PruneSkipped result of an object
+// prune would delete, in a sync without prune; pruneOffPrefix starts it
+// and its variant naming syncOptions Prune=false.
+const (
+	pruneOffMessage = pruneOffPrefix + ")"
+	pruneOffPrefix  = "would be pruned (prune is off"
+)
+
 // prune deletes the candidates after a successful apply; after a failed one,
-// or in a dry run, it only reports them (PruneSkipped).
+// or in a dry run, it only reports them (PruneSkipped). Without prune it
+// reports what prune would delete (reportOrphans).
 func (op *operation) prune(ctx context.Context, cl *clients, p *plan, pf *preflightResult) {
+	if len(p.orphanScopes) > 0 {
+		op.reportOrphans(ctx, cl, p)
+		return
+	}
 	if len(pf.candidates) == 0 {
 		return
 	}
@@ -71,6 +84,31 @@ func (op *operation) prune(ctx context.Context, cl *clients, p *plan, pf *prefli
 		}
 	default:
 		op.deleteCandidates(ctx, cl, pf.candidates)
+	}
+}
+
+// reportOrphans, in a sync without prune, lists (metadata only, as the
+// operation's identity) where the Application's objects can be, and reports
+// each object prune would delete as PruneSkipped "would be pruned (prune is
+// off)": such an object keeps the Application OutOfSync (SyncStatusAfter),
+// as Argo CD's requiresPruning does. Best effort: prune's list permission is
+// not required without prune, so a place the identity may not list is
+// skipped (and logged at debug level); nothing is deleted.
+func (op *operation) reportOrphans(ctx context.Context, cl *clients, p *plan) {
+	targets := make([]listTarget, 0, len(p.orphanScopes))
+	for _, s := range p.orphanScopes {
+		targets = append(targets, listTarget{gvk: s.gvk, gvr: s.gvr, namespace: s.namespace, prune: true})
+	}
+	seen, problems := op.observe(ctx, cl, targets, p.rendered)
+	if len(problems) > 0 {
+		op.log.V(1).Info("prune is off: objects prune would delete are not reported where they cannot be listed", "problems", problems)
+	}
+	msg := pruneOffMessage
+	if op.options.pruneDisabled {
+		msg = pruneOffPrefix + ": syncOptions Prune=false)"
+	}
+	for _, c := range seen.candidates {
+		op.record(-1, c.result(v1alpha1.ResultCodePruneSkipped, msg))
 	}
 }
 

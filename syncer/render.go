@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
@@ -33,16 +34,18 @@ type rendered struct {
 	// revision is the commit SHA the manifests come from.
 	revision string
 	objects  []*unstructured.Unstructured
+	// worker is what the render worker reported about itself.
+	worker *workerStats
 }
 
 // render fetches the source's repository, resolves revision (the
 // operation's override, else the source's targetRevision, else HEAD) and
-// renders the manifests under the source's path: `kustomize build` when the
-// path holds a kustomization, else every .yaml, .yml and .json file below it
-// (recursively, hidden files and directories skipped) in lexical order of
-// their paths, every YAML document of each. Everything is read lazily from
-// the Git objects through gitFS, within the render limits (c.limits): a
-// limit exceeded is a *LimitError naming its configuration field.
+// renders the manifests under the source's path at that commit in a render
+// worker (render_worker.go: a child process whose memory is bounded by
+// Limits.MaxRenderMemory; renderCommit there), with the repository locked
+// against a concurrent fetch until the worker has ended. The objects come
+// back within Limits.MaxRenderBytes and MaxObjects. A limit exceeded is a
+// *LimitError naming its configuration field.
 func (c *repoCache) render(ctx context.Context, src v1alpha1.ApplicationSource, revision string) (*rendered, error) {
 	if err := helmError(src); err != nil {
 		return nil, err
@@ -58,8 +61,6 @@ func (c *repoCache) render(ctx context.Context, src v1alpha1.ApplicationSource, 
 	if err != nil {
 		return nil, err
 	}
-	// The repository stays locked (against a concurrent fetch into the same
-	// mirror) while its objects are read, kustomize's build included.
 	defer opened.release()
 
 	commit, err := resolveRevision(opened.repo, revision)
@@ -67,24 +68,38 @@ func (c *repoCache) render(ctx context.Context, src v1alpha1.ApplicationSource, 
 		return nil, fmt.Errorf("%s: %w", src.RepoURL, err)
 	}
 	out := &rendered{revision: commit.Hash.String()}
-	budget := newRenderBudget(ctx, c.limits)
-	if err := checkObjectSize(opened.repo, commit.TreeHash, plumbing.TreeObject, "the root tree", budget); err != nil {
-		return out, err
+	req := workerRequest{Repo: opened.where, Commit: out.revision, SourcePath: src.Path, Dir: dir, Limits: c.limits.withDefaults(), Kustomize: c.kustomize}
+	if d, ok := ctx.Deadline(); ok {
+		req.Deadline = d
+	}
+	out.objects, out.worker, err = c.worker.run(ctx, req)
+	return out, err
+}
+
+// renderCommit renders the manifests under dir (repository-relative; the
+// Application's spec.source.path is sourcePath) at commit, in a render
+// worker: `kustomize build` when the directory holds a kustomization, else
+// every .yaml, .yml and .json file below it (recursively, hidden files and
+// directories skipped) in lexical order of their paths, every YAML document
+// of each. Everything is read lazily from the Git objects through gitFS,
+// within budget. started is called with workerKustomize or workerManifests
+// once the kind of render is known; each object is passed to emit as JSON.
+func renderCommit(repo *git.Repository, commit *object.Commit, repoURL, sourcePath, dir string, budget *renderBudget, kopts KustomizeOptions, started func(kind string), emit func([]byte) error) error {
+	rev := commit.Hash.String()
+	if err := checkObjectSize(repo, commit.TreeHash, plumbing.TreeObject, "the root tree", budget); err != nil {
+		return err
 	}
 	root, err := commit.Tree()
 	if err != nil {
-		return out, fmt.Errorf("failed to read the tree of %s: %w", out.revision, err)
+		return fmt.Errorf("failed to read the tree of %s: %w", rev, err)
 	}
-	gfs := newGitFS(opened.repo, root, budget)
-	if c.kustomize.RemoteResources {
-		gfs.disk = kustomizeCloneDirs()
-	}
+	gfs := newGitFS(repo, root, budget)
 	sub, err := gfs.resolve(dir)
-	if err != nil && (isLimitError(err) || ctx.Err() != nil) {
-		return out, err
+	if err != nil && (isLimitError(err) || budget.ctx.Err() != nil) {
+		return err
 	}
 	if err != nil || !sub.isDir() {
-		return out, fmt.Errorf("path %q does not exist (or is not a directory) in %s at %s: fix spec.source.path", src.Path, src.RepoURL, short(out.revision))
+		return fmt.Errorf("path %q does not exist (or is not a directory) in %s at %s: fix spec.source.path", sourcePath, repoURL, short(rev))
 	}
 	hasKustomization := false
 	for _, name := range konfig.RecognizedKustomizationFileNames() {
@@ -94,19 +109,44 @@ func (c *repoCache) render(ctx context.Context, src v1alpha1.ApplicationSource, 
 	}
 	if !hasKustomization {
 		if _, err := sub.tree.FindEntry("Chart.yaml"); err == nil {
-			return out, fmt.Errorf("path %q holds a Helm chart (Chart.yaml): %w", src.Path, errHelm)
+			return fmt.Errorf("path %q holds a Helm chart (Chart.yaml): %w", sourcePath, errHelm)
 		}
-		out.objects, err = renderPlain(gfs, sub)
+		started(workerManifests)
+		objs, err := renderPlain(gfs, sub)
 		if err != nil {
-			return out, err
+			return err
 		}
-		return out, nil
+		for _, o := range objs {
+			data, err := o.MarshalJSON()
+			if err != nil {
+				return fmt.Errorf("failed to encode %s %s: %w", o.GetKind(), o.GetName(), err)
+			}
+			if err := emit(data); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
-	out.objects, err = kustomizeBuild(ctx, gfs, sub.rel, c.kustomize)
-	if err != nil {
-		return out, fmt.Errorf("kustomize build %s at %s: %w", cmpOr(src.Path, "."), short(out.revision), err)
+	started(workerKustomize)
+	if kopts.RemoteResources {
+		gfs.disk = kustomizeCloneDirs()
 	}
-	return out, nil
+	if err := kustomizeBuild(gfs, sub.rel, kopts, emit); err != nil {
+		return fmt.Errorf("%s: %w", renderLabel(workerKustomize, sourcePath, rev), err)
+	}
+	return nil
+}
+
+// renderLabel names a render in errors: "kustomize build PATH at SHA" for
+// kind workerKustomize.
+func renderLabel(kind, sourcePath, rev string) string {
+	switch kind {
+	case workerKustomize:
+		return fmt.Sprintf("kustomize build %s at %s", cmpOr(sourcePath, "."), short(rev))
+	case workerManifests:
+		return fmt.Sprintf("the manifests under %s at %s", cmpOr(sourcePath, "."), short(rev))
+	}
+	return fmt.Sprintf("the render of %s at %s", cmpOr(sourcePath, "."), short(rev))
 }
 
 func short(sha string) string {

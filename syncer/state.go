@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/go-logr/logr"
@@ -303,7 +304,7 @@ func (op *operation) finish() *v1alpha1.OperationState {
 
 // summarize turns results into the final phase and message.
 func summarize(results []*v1alpha1.ResourceResult, who string, dryRun, deleting bool) (phase, message string) {
-	var synced, pruned, failed, skipped int
+	var synced, pruned, failed, skipped, orphans int
 	for _, r := range results {
 		switch r.Status {
 		case v1alpha1.ResultCodeSynced:
@@ -311,14 +312,21 @@ func summarize(results []*v1alpha1.ResourceResult, who string, dryRun, deleting 
 		case v1alpha1.ResultCodePruned:
 			pruned++
 		case v1alpha1.ResultCodePruneSkipped:
-			skipped++
+			if strings.HasPrefix(r.Message, pruneOffPrefix) {
+				orphans++ // prune was off
+			} else {
+				skipped++
+			}
 		case v1alpha1.ResultCodeSyncFailed:
 			failed++
 		}
 	}
 	as := "as " + who
-	if who == ControllerIdentity {
+	switch who {
+	case ControllerIdentity:
 		as = "as the controller identity (impersonation not enforced)"
+	case ControllerIdentityImpersonationDisabled:
+		as = "as the controller identity (impersonation disabled)"
 	}
 	prefix := ""
 	if dryRun {
@@ -330,6 +338,9 @@ func summarize(results []*v1alpha1.ResourceResult, who string, dryRun, deleting 
 	}
 	if skipped > 0 {
 		extra += fmt.Sprintf(", %d to prune skipped", skipped)
+	}
+	if orphans > 0 {
+		extra += fmt.Sprintf(", %d would be pruned (prune is off)", orphans)
 	}
 	if deleting {
 		if failed > 0 {

@@ -33,7 +33,10 @@ import (
 // size (for deltas: the target size in the delta's header) before the
 // bytes reach go-git. An object over MaxFileBytes, or objects totalling
 // more than MaxFetchBytes, fail the read, so the parser never gets a
-// complete pack and never allocates for that object.
+// complete pack and never allocates for that object. A pack declaring more
+// than MaxFetchObjects objects in its header fails the same way, before
+// go-git reads the header (its indexer keeps about 0.5 KiB per object
+// until the fetch ends, whatever the objects' sizes).
 
 // fetchBudget is the budget of one fetch (all its HTTP requests), carried in
 // the request context.
@@ -79,6 +82,18 @@ func (b *fetchBudget) err() error {
 func (b *fetchBudget) receive(n int) error {
 	if total := b.received.Add(int64(n)); total > b.limits.MaxFetchBytes {
 		return b.exceeded(&LimitError{Field: FieldMaxFetchBytes, What: fmt.Sprintf("the bytes received by the fetch (more than %s)", bytesString(total)), Limit: bytesString(b.limits.MaxFetchBytes)})
+	}
+	return nil
+}
+
+// objectCount checks the number of objects a pack declares in its header
+// (the 12 bytes before the first object): go-git's indexer keeps state for
+// every object of the pack until the fetch ends, so a pack of many tiny
+// objects costs memory that no byte limit sees. The count is known before
+// go-git receives the header, so a refused pack is never indexed.
+func (b *fetchBudget) objectCount(n uint32) error {
+	if int64(n) > int64(b.limits.MaxFetchObjects) {
+		return b.exceeded(&LimitError{Field: FieldMaxFetchObjects, What: fmt.Sprintf("the fetched pack's object count (%d)", n), Limit: fmt.Sprint(b.limits.MaxFetchObjects)})
 	}
 	return nil
 }
@@ -365,6 +380,9 @@ func inspectPack(r io.Reader, b *fetchBudget) error {
 	s := packfile.NewScanner(r)
 	_, count, err := s.Header()
 	if err != nil {
+		return err
+	}
+	if err := b.objectCount(count); err != nil {
 		return err
 	}
 	for range count {

@@ -348,19 +348,19 @@ func TestAPIAuthorization(t *testing.T) {
 	}{
 		{
 			name: "a user without a binding may not sync", method: http.MethodPost, path: syncPath, token: bobAPIToken, wantCode: 403,
-			wantMessage: `applications.deputy.dev "guestbook" is forbidden: User "bob" cannot create resource "applications/sync" in API group "deputy.dev" in the namespace "guestbook": deputy: no policy rule allows this request`,
+			wantMessage: `applications.deputy.dev "guestbook" is forbidden: User "bob" cannot create resource "applications/sync" in API group "deputy.dev" in the namespace "guestbook": deputy: no policy rule allows this request; no binding applies to User "bob" (groups ["system:authenticated"]) cluster-wide or in namespace "guestbook"`,
 		},
 		{
 			name: "a user without a binding may not read", method: http.MethodGet, path: appPath, token: bobAPIToken, wantCode: 403,
-			wantMessage: `applications.deputy.dev "guestbook" is forbidden: User "bob" cannot get resource "applications" in API group "deputy.dev" in the namespace "guestbook": deputy: no policy rule allows this request`,
+			wantMessage: `applications.deputy.dev "guestbook" is forbidden: User "bob" cannot get resource "applications" in API group "deputy.dev" in the namespace "guestbook": deputy: no policy rule allows this request; no binding applies to User "bob" (groups ["system:authenticated"]) cluster-wide or in namespace "guestbook"`,
 		},
 		{
 			name: "a RoleBinding in another namespace does not count", method: http.MethodPost, path: APIPrefix + "/namespaces/public/applications/board/sync", token: aliceAPIToken, wantCode: 403,
-			wantMessage: `applications.deputy.dev "board" is forbidden: User "alice" cannot create resource "applications/sync" in API group "deputy.dev" in the namespace "public": deputy: no policy rule allows this request`,
+			wantMessage: `applications.deputy.dev "board" is forbidden: User "alice" cannot create resource "applications/sync" in API group "deputy.dev" in the namespace "public": deputy: no policy rule allows this request; closest: RoleBinding "everyone-views/public" of ClusterRole "application-viewer" to Group "system:authenticated" has {APIGroups:["deputy.dev"], Resources:["applications"], Verbs:["get"]}, which lacks resource "applications/sync" and verb "create"`,
 		},
 		{
 			name: "authorization comes before the existence check (no leak of names)", method: http.MethodGet, path: APIPrefix + "/namespaces/secret/applications/nope", token: bobAPIToken, wantCode: 403,
-			wantMessage: `applications.deputy.dev "nope" is forbidden: User "bob" cannot get resource "applications" in API group "deputy.dev" in the namespace "secret": deputy: no policy rule allows this request`,
+			wantMessage: `applications.deputy.dev "nope" is forbidden: User "bob" cannot get resource "applications" in API group "deputy.dev" in the namespace "secret": deputy: no policy rule allows this request; no binding applies to User "bob" (groups ["system:authenticated"]) cluster-wide or in namespace "secret"`,
 		},
 		{
 			name: "system:authenticated is added to every user", method: http.MethodGet, path: APIPrefix + "/namespaces/public/applications/board", token: daveAPIToken, wantCode: 200,

@@ -39,9 +39,10 @@ type APIClientOptions struct {
 // sync` uses it). It never logs, and puts the token only into the
 // Authorization header.
 type APIClient struct {
-	base  *url.URL
-	http  *http.Client
-	token string
+	base   *url.URL
+	http   *http.Client
+	token  string
+	caFile string
 }
 
 // apiDialTimeout bounds connecting to deputy; a watch itself has no time
@@ -83,7 +84,57 @@ func NewAPIClient(opts APIClientOptions) (*APIClient, error) {
 		TLSHandshakeTimeout: apiDialTimeout,
 		ForceAttemptHTTP2:   true,
 	}
-	return &APIClient{base: u, http: &http.Client{Transport: transport}, token: opts.Token}, nil
+	return &APIClient{base: u, http: &http.Client{Transport: transport}, token: opts.Token, caFile: opts.CAFile}, nil
+}
+
+// CertificateError is a failure to verify deputy's serving certificate: it
+// is signed by a CA the client does not trust (the usual case: deputy's own
+// CA was not given), names other hosts, or is not valid now.
+type CertificateError struct {
+	// Server is deputy's URL.
+	Server string
+	// CAFile is the CA file the certificate was verified with; "" means the
+	// system's trusted roots.
+	CAFile string
+	// Err is crypto/x509's error: x509.UnknownAuthorityError,
+	// x509.HostnameError or x509.CertificateInvalidError.
+	Err error
+}
+
+func (e *CertificateError) Error() string {
+	roots := "the system's trusted CAs"
+	if e.CAFile != "" {
+		roots = "the CA in " + e.CAFile
+	}
+	return fmt.Sprintf("failed to reach deputy at %s: its serving certificate does not verify with %s: %v", e.Server, roots, e.Err)
+}
+
+func (e *CertificateError) Unwrap() error { return e.Err }
+
+// UnknownAuthority reports whether the certificate is signed by a CA the
+// client was not given (rather than naming other hosts, or having expired).
+func (e *CertificateError) UnknownAuthority() bool {
+	var unknown x509.UnknownAuthorityError
+	return errors.As(e.Err, &unknown)
+}
+
+// asCertificateError returns the certificate verification failure inside a
+// transport error, or nil.
+func asCertificateError(err error) *CertificateError {
+	var (
+		unknown  x509.UnknownAuthorityError
+		hostname x509.HostnameError
+		invalid  x509.CertificateInvalidError
+	)
+	switch {
+	case errors.As(err, &unknown):
+		return &CertificateError{Err: unknown}
+	case errors.As(err, &hostname):
+		return &CertificateError{Err: hostname}
+	case errors.As(err, &invalid):
+		return &CertificateError{Err: invalid}
+	}
+	return nil
 }
 
 // APIError is an answer other than success: the metav1.Status deputy sent
@@ -116,6 +167,10 @@ func (c *APIClient) do(ctx context.Context, method, u string, body []byte) (*htt
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
+		if certErr := asCertificateError(err); certErr != nil {
+			certErr.Server, certErr.CAFile = c.base.String(), c.caFile
+			return nil, certErr
+		}
 		return nil, fmt.Errorf("failed to reach deputy at %s: %w", c.base, err)
 	}
 	if resp.StatusCode/100 != 2 {

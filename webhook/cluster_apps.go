@@ -24,9 +24,11 @@ func LeaseNamespace(configured string) string {
 }
 
 // newController builds cluster mode's Application controller from the
-// configuration (sync.* and shutdown.gracePeriod).
+// configuration (sync.* and shutdown.gracePeriod). served tells whether the
+// Application CRD is served: the controller lists Applications and
+// campaigns for the Lease only while it is.
 func newController(cfg *config.DeputyConfiguration, restCfg *rest.Config, runner syncer.Runner, revisions syncer.RevisionResolver,
-	state authorizer.ClusterStateFunc, log *slog.Logger) (*syncer.Controller, error) {
+	state authorizer.ClusterStateFunc, served func() (served, known bool), log *slog.Logger) (*syncer.Controller, error) {
 	le := cfg.Sync.LeaderElection
 	return syncer.NewController(syncer.ControllerOptions{
 		Config:          rest.CopyConfig(restCfg),
@@ -41,7 +43,8 @@ func newController(cfg *config.DeputyConfiguration, restCfg *rest.Config, runner
 			Namespace: LeaseNamespace(le.LeaseNamespace), Name: le.LeaseName, Identity: le.Identity,
 			LeaseDuration: le.LeaseDuration.Duration, RenewDeadline: le.RenewDeadline.Duration, RetryPeriod: le.RetryPeriod.Duration,
 		},
-		Logger: log,
+		ApplicationsServed: served,
+		Logger:             log,
 	})
 }
 

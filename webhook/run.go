@@ -10,10 +10,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
 	kauthorizer "k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/authorization/union"
@@ -108,16 +110,26 @@ func Run(ctx context.Context, cfg *config.DeputyConfiguration, log *slog.Logger,
 	var clusterState authorizer.ClusterStateFunc
 	var clusterRESTConfig *rest.Config // cluster mode: deputy's own identity
 	var refreshResources func()        // cluster mode: ask discovery again
+	var cluster *policy.ClusterSource
+	// The Application controller (cluster mode) runs while the Application
+	// CRD is served: the cluster source tracks it and tells the controller.
+	var controllerRef atomic.Pointer[syncer.Controller]
 	if cfg.Cluster.Kubeconfig != "" || cfg.Cluster.InCluster {
 		restCfg, err := ClusterRESTConfig(cfg.Cluster)
 		if err != nil {
 			return err
 		}
-		cluster, err := policy.NewClusterSource(restCfg, policy.ClusterSourceOptions{Logger: log, OnChange: func(*policy.ClusterState) {
+		cluster, err = policy.NewClusterSource(restCfg, policy.ClusterSourceOptions{Logger: log, OnChange: func(*policy.ClusterState) {
 			if g := gate.Load(); g != nil {
 				g.Refresh()
 			}
-		}})
+		},
+			Resources: []schema.GroupVersionResource{syncer.ApplicationsResource},
+			OnServedChange: func() {
+				if c := controllerRef.Load(); c != nil {
+					c.ApplicationsServedChanged()
+				}
+			}})
 		if err != nil {
 			return err
 		}
@@ -149,6 +161,18 @@ func Run(ctx context.Context, cfg *config.DeputyConfiguration, log *slog.Logger,
 	decision, err := authorizer.ParseDefaultDecision(cfg.Authorization.DefaultDecision)
 	if err != nil {
 		return err
+	}
+	if decision == authorizer.DefaultDeny {
+		// deputy's denial is final: the policy must grant what
+		// kube-apiserver's bootstrap policy grants every client.
+		warnBootstrap := func(s *policy.Snapshot) {
+			for _, m := range authorizer.MissingBootstrapGrants(s) {
+				log.Warn("authorization.defaultDecision is Deny and the policy lacks a bootstrap grant ordinary clients need; add it from "+authorizer.BootstrapFile,
+					"clusterRole", m.Grant.ClusterRole.Name, "denied", strings.Join(m.Denied, "; "))
+			}
+		}
+		warnBootstrap(source.Current())
+		source.OnChange(warnBootstrap)
 	}
 	gateOpts, err := authorizer.GateOptionsFrom(cfg.Authorization.Impersonation)
 	if err != nil {
@@ -199,13 +223,20 @@ func Run(ctx context.Context, cfg *config.DeputyConfiguration, log *slog.Logger,
 	var syncs SyncService
 	var apps ApplicationStore
 	var pushTargets gitPushTargets
+	// stopSyncs (the server's BeforeStop) drains the syncs, and in cluster
+	// mode releases the sync Lease, while deputy still answers its webhooks:
+	// kube-apiserver may ask deputy to authorize those very requests
+	// (impersonated writes, the Lease update).
+	var stopSyncs func()
 	if clusterRESTConfig != nil {
 		// Cluster mode: Applications live in the cluster; a sync requested
 		// here is recorded on the Application and the leader runs it.
-		controller, err := newController(cfg, clusterRESTConfig, runner, revisions, clusterState, log)
+		controller, err := newController(cfg, clusterRESTConfig, runner, revisions, clusterState,
+			func() (bool, bool) { return cluster.Served(syncer.ApplicationsResource) }, log)
 		if err != nil {
 			return err
 		}
+		controllerRef.Store(controller)
 		controllerDone := make(chan struct{})
 		go func() {
 			defer close(controllerDone)
@@ -213,7 +244,10 @@ func Run(ctx context.Context, cfg *config.DeputyConfiguration, log *slog.Logger,
 				log.Error("the Application controller stopped; this replica runs no operations", "error", err.Error())
 			}
 		}()
-		// Stop (drain, release the Lease) before returning.
+		// runCtx ends with ctx: the controller drains and releases the Lease
+		// while the server waits in BeforeStop. On an early return, stop it
+		// here.
+		stopSyncs = func() { <-controllerDone }
 		defer func() { cancel(); <-controllerDone }()
 		syncs = controller
 		apps = ClusterApplications(controller, ClusterProjects(clusterState, cfg.Sync.ProjectNamespaces))
@@ -222,13 +256,17 @@ func Run(ctx context.Context, cfg *config.DeputyConfiguration, log *slog.Logger,
 		}}
 	} else {
 		ops := syncer.NewOperations(runner, syncer.OperationsOptions{Workers: cfg.Sync.Parallelism, Logger: log})
-		defer func() {
-			drainCtx, cancel := context.WithTimeout(context.Background(), cfg.Shutdown.GracePeriod.Duration)
-			defer cancel()
-			if err := ops.Shutdown(drainCtx); err != nil {
-				log.Error("sync operations did not finish before shutdown", "error", err.Error())
-			}
-		}()
+		var drained sync.Once
+		stopSyncs = func() {
+			drained.Do(func() {
+				drainCtx, cancel := context.WithTimeout(context.Background(), cfg.Shutdown.GracePeriod.Duration)
+				defer cancel()
+				if err := ops.Shutdown(drainCtx); err != nil {
+					log.Error("sync operations did not finish before shutdown", "error", err.Error())
+				}
+			})
+		}
+		defer stopSyncs() // an early return
 		syncs = ops
 		apps = SnapshotApplications(source.Current, cfg.Sync.ProjectNamespaces)
 		pushTargets = fileGitPushTargets(source.Current, cfg.Sync.ProjectNamespaces, ops)
@@ -298,6 +336,7 @@ func Run(ctx context.Context, cfg *config.DeputyConfiguration, log *slog.Logger,
 		Log:           log,
 		ShutdownDelay: cfg.Shutdown.Delay.Duration,
 		GracePeriod:   cfg.Shutdown.GracePeriod.Duration,
+		BeforeStop:    stopSyncs,
 		OnListen: func(addr net.Addr) {
 			if ready != nil {
 				serving.Addr = addr
@@ -428,14 +467,7 @@ func newSyncRunner(cfg *config.DeputyConfiguration, log *slog.Logger) (syncer.Ru
 		LocalRepositories: cfg.Sync.LocalRepositories,
 		Kustomize: syncer.KustomizeOptions{RemoteResources: cfg.Sync.Kustomize.RemoteResources,
 			RemoteTimeout: cfg.Sync.Kustomize.RemoteTimeout.Duration},
-		Limits: syncer.Limits{
-			MaxFileBytes:     cfg.Sync.Limits.MaxFileBytes.Value(),
-			MaxRenderBytes:   cfg.Sync.Limits.MaxRenderBytes.Value(),
-			MaxFiles:         cfg.Sync.Limits.MaxFiles,
-			MaxObjects:       cfg.Sync.Limits.MaxObjects,
-			MaxFetchBytes:    cfg.Sync.Limits.MaxFetchBytes.Value(),
-			OperationTimeout: cfg.Sync.Limits.OperationTimeout.Duration,
-		},
+		Limits: engineLimits(cfg.Sync.Limits),
 		Logger: logr.FromSlogHandler(log.Handler()),
 	})
 	if err != nil {
@@ -444,6 +476,21 @@ func newSyncRunner(cfg *config.DeputyConfiguration, log *slog.Logger) (syncer.Ru
 		return u, u
 	}
 	return engine, engine
+}
+
+// engineLimits maps config sync.limits onto the engine's Limits, field by
+// field (TestEngineLimitsMapsEveryField keeps the two in step).
+func engineLimits(l config.SyncLimits) syncer.Limits {
+	return syncer.Limits{
+		MaxFileBytes:     l.MaxFileBytes.Value(),
+		MaxRenderBytes:   l.MaxRenderBytes.Value(),
+		MaxFiles:         l.MaxFiles,
+		MaxObjects:       l.MaxObjects,
+		MaxRenderMemory:  l.MaxRenderMemory.Value(),
+		MaxFetchBytes:    l.MaxFetchBytes.Value(),
+		MaxFetchObjects:  l.MaxFetchObjects,
+		OperationTimeout: l.OperationTimeout.Duration,
+	}
 }
 
 // unavailableRunner ends every operation at once with an Error phase naming

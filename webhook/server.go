@@ -51,6 +51,13 @@ type ServerOptions struct {
 	// bounds the drain of in-flight requests after that.
 	ShutdownDelay time.Duration
 	GracePeriod   time.Duration
+	// BeforeStop, if set, is called once ctx ends, while the server still
+	// serves (with /readyz red); the server stops accepting connections
+	// only after it has returned and ShutdownDelay has passed. It must
+	// bound its own duration. Run waits here for the syncs to drain and the
+	// Lease to be released: kube-apiserver may authorize their requests
+	// through this very server.
+	BeforeStop func()
 	// OnListen, if set, is called with the bound address once the server listens.
 	OnListen func(net.Addr)
 }
@@ -59,6 +66,20 @@ type ServerOptions struct {
 type Server struct {
 	opts         ServerOptions
 	shuttingDown atomic.Bool
+}
+
+// closeWhileShuttingDown answers HTTP/1.1 requests with Connection: close
+// once shutdown has begun, so that keep-alive clients reconnect (through the
+// Service, to a ready replica) during ShutdownDelay instead of losing a
+// request on a connection Shutdown closes while idle (a POST is not retried).
+// HTTP/2 clients move on the GOAWAY Shutdown sends, which they retry.
+func (s *Server) closeWhileShuttingDown(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor == 1 && s.shuttingDown.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // NewServer returns a server; Run starts it.
@@ -71,7 +92,7 @@ func (s *Server) Handler() http.Handler {
 	r := chi.NewRouter()
 	// The request ID comes first so that a recovered panic is answered and
 	// logged with the ID of the request that caused it.
-	r.Use(withRequestID, recoverPanics(o.Log))
+	r.Use(withRequestID, recoverPanics(o.Log), s.closeWhileShuttingDown)
 
 	guard := func(h http.Handler, required bool) http.Handler {
 		if o.ClientAuth != nil && required {
@@ -111,8 +132,9 @@ func (s *Server) Handler() http.Handler {
 	return r
 }
 
-// Run serves until ctx ends, then turns /readyz red, waits ShutdownDelay, and
-// drains in-flight requests for up to GracePeriod (SIGTERM handling).
+// Run serves until ctx ends, then turns /readyz red, waits ShutdownDelay
+// and for BeforeStop (run meanwhile) to return, and drains in-flight
+// requests for up to GracePeriod (SIGTERM handling).
 //
 // Errors: the certificate cannot be loaded, the address cannot be bound, or
 // the drain did not finish within GracePeriod.
@@ -174,8 +196,23 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.shuttingDown.Store(true)
 	o.Log.Info("shutting down", "delay", o.ShutdownDelay.String(), "gracePeriod", o.GracePeriod.String())
+	var before chan struct{}
+	if o.BeforeStop != nil {
+		before = make(chan struct{})
+		go func() {
+			defer close(before)
+			o.BeforeStop()
+		}()
+	}
 	if o.ShutdownDelay > 0 {
 		time.Sleep(o.ShutdownDelay)
+	}
+	if before != nil {
+		select {
+		case <-before:
+		case err := <-errc:
+			return fmt.Errorf("server stopped: %w", err)
+		}
 	}
 	drainCtx, cancel := context.WithTimeout(context.Background(), o.GracePeriod)
 	defer cancel()

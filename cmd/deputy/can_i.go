@@ -40,7 +40,10 @@ func newCanICommand() *cobra.Command {
 the binding and rule, or the AppProject entry, that decided. Exit code 0 means
 yes, 1 means no. Impersonation (verb impersonate on serviceaccounts, users,
 groups) goes through deputy's impersonation gate first, configured by
---config's authorization.impersonation (defaults otherwise).
+--config's authorization.impersonation (defaults otherwise), and is answered
+for both checks kube-apiserver makes: constrained impersonation
+(impersonate:serviceaccount or impersonate:user-info, kube-apiserver 1.36+),
+then the legacy fallback; either allowing is a yes.
 
 RESOURCE is a plural resource name (pods), optionally with its API group
 (deployments.apps) and a name (serviceaccounts/deployer). Built-in resources
@@ -70,7 +73,10 @@ system:serviceaccounts:NS for a ServiceAccount user).`,
 			}
 			snap, what, err := loadPolicyOnce(f.configFile, f.policy)
 			if err != nil {
-				return fmt.Errorf("policy from %s does not load:\n%w", what, err)
+				if !strings.HasPrefix(what, "the configuration ") {
+					what = "policy from " + what
+				}
+				return fmt.Errorf("%s does not load:\n%w", what, err)
 			}
 			out := cmd.OutOrStdout()
 			if note != "" {
@@ -90,38 +96,31 @@ system:serviceaccounts:NS for a ServiceAccount user).`,
 				clusterState = func() *policy.ClusterState { return cluster }
 			}
 			gate := deputyauthz.NewGate(gateOpts, func() *policy.Snapshot { return snap }, clusterState)
-			switch d, reason, gerr := gate.Authorize(cmd.Context(), attrs); d {
-			case authorizer.DecisionAllow:
-				fmt.Fprintf(out, "yes\n  %s\n", reason)
-				return nil
-			case authorizer.DecisionDeny:
-				if gerr != nil {
-					reason += " (" + gerr.Error() + ")"
+			d := canIDecider{gate: gate, snap: snap, cluster: cluster, what: what,
+				deny: cfg.Authorization.DefaultDecision == string(deputyauthz.DefaultDeny)}
+			shapes := impersonationShapes(attrs)
+			if len(shapes) == 0 {
+				allowed, lines := d.decide(cmd.Context(), attrs)
+				fmt.Fprintf(out, "%s\n%s", yesNo(allowed), lines)
+				if !allowed {
+					return exitError{code: 1}
 				}
-				fmt.Fprintf(out, "no\n  %s\n", reason)
+				return nil
+			}
+			// kube-apiserver tries the constrained mode first and falls
+			// back to legacy impersonation: either allowing is a yes.
+			var body strings.Builder
+			allowed := false
+			for _, sh := range shapes {
+				ok, lines := d.decide(cmd.Context(), sh.attrs)
+				allowed = allowed || ok
+				fmt.Fprintf(&body, "  %s (%s): %s\n%s", sh.name, sh.attrs.Verb, yesNo(ok), indent(lines))
+			}
+			fmt.Fprintf(out, "%s\n%s", yesNo(allowed), body.String())
+			if !allowed {
 				return exitError{code: 1}
 			}
-			ex := deputyauthz.Explain(snap, attrs)
-			for _, e := range ex.Errors {
-				fmt.Fprintf(out, "warning: %v\n", e)
-			}
-			if ex.Binding != nil {
-				fmt.Fprintf(out, "yes\n  %s\n  rule: %s\n", ex.Reason(), deputyauthz.DescribeRule(ex.Rule))
-				if ex.Binding.Source != "" {
-					fmt.Fprintf(out, "  binding defined in %s\n", ex.Binding.Source)
-				}
-				return nil
-			}
-			if cluster != nil {
-				// Not deputy's own decision, but what the cluster's RBAC
-				// (kube-apiserver's next authorizer) would answer.
-				if cex := deputyauthz.Explain(&policy.Snapshot{RBAC: cluster.RBAC}, attrs); cex.Binding != nil {
-					fmt.Fprintf(out, "yes (deputy has no opinion; the cluster's RBAC allows)\n  %s\n  rule: %s\n", cex.Reason(), deputyauthz.DescribeRule(cex.Rule))
-					return nil
-				}
-			}
-			fmt.Fprintf(out, "no\n  no binding in %s allows %s (deputy answers no opinion; kube-apiserver's next authorizer decides)\n", what, describeAttributes(attrs))
-			return exitError{code: 1}
+			return nil
 		},
 	}
 	fs := cmd.Flags()
@@ -134,6 +133,116 @@ system:serviceaccounts:NS for a ServiceAccount user).`,
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "also read the cluster's AppProjects and RBAC objects, as deputy serve does in cluster mode")
 	fs.StringVar(&f.kubeContext, "context", "", "kubeconfig context")
 	return cmd
+}
+
+// canIDecider answers one request as deputy serve would: the impersonation
+// gate first, then deputy's RBAC, and (with --kubeconfig) what the cluster's
+// RBAC would answer after deputy's no opinion.
+type canIDecider struct {
+	gate    *deputyauthz.Gate
+	snap    *policy.Snapshot
+	cluster *policy.ClusterState
+	what    string
+	// deny: authorization.defaultDecision is Deny.
+	deny bool
+}
+
+// decide returns whether attrs is allowed and the explanation lines
+// (indented two spaces, newline-terminated).
+func (d canIDecider) decide(ctx context.Context, attrs *authorizer.AttributesRecord) (bool, string) {
+	var b strings.Builder
+	switch dec, reason, gerr := d.gate.Authorize(ctx, attrs); dec {
+	case authorizer.DecisionAllow:
+		fmt.Fprintf(&b, "  %s\n", reason)
+		return true, b.String()
+	case authorizer.DecisionDeny:
+		if gerr != nil {
+			reason += " (" + gerr.Error() + ")"
+		}
+		fmt.Fprintf(&b, "  %s\n", reason)
+		return false, b.String()
+	}
+	ex := deputyauthz.Explain(d.snap, attrs)
+	for _, e := range ex.Errors {
+		fmt.Fprintf(&b, "  warning: %v\n", e)
+	}
+	if ex.Binding != nil {
+		fmt.Fprintf(&b, "  %s\n  rule: %s\n", ex.Reason(), deputyauthz.DescribeRule(ex.Rule))
+		if ex.Binding.Source != "" {
+			fmt.Fprintf(&b, "  binding defined in %s\n", ex.Binding.Source)
+		}
+		return true, b.String()
+	}
+	if d.cluster != nil {
+		// Not deputy's own decision, but what the cluster's RBAC
+		// (kube-apiserver's next authorizer) would answer.
+		if cex := deputyauthz.Explain(&policy.Snapshot{RBAC: d.cluster.RBAC}, attrs); cex.Binding != nil {
+			fmt.Fprintf(&b, "  deputy has no opinion; the cluster's RBAC allows: %s\n  rule: %s\n", cex.Reason(), deputyauthz.DescribeRule(cex.Rule))
+			return true, b.String()
+		}
+	}
+	then := "deputy answers no opinion; kube-apiserver's next authorizer decides"
+	if d.deny {
+		then = "deputy denies: authorization.defaultDecision is Deny"
+	}
+	fmt.Fprintf(&b, "  no binding in %s allows %s (%s)\n", d.what, describeAttributes(attrs), then)
+	// The explanation deputy serve gives in a default denial.
+	if why := deputyauthz.ExplainDenial(d.snap, attrs); why != "" {
+		fmt.Fprintf(&b, "  %s\n", why)
+	}
+	return false, b.String()
+}
+
+// impersonationShape is one way kube-apiserver checks an impersonation.
+type impersonationShape struct {
+	name  string
+	attrs *authorizer.AttributesRecord
+}
+
+// impersonationShapes returns, for `impersonate` on serviceaccounts, users
+// or groups (kubectl auth can-i's spelling, the legacy check), the checks
+// kube-apiserver 1.36+ makes in order: the constrained mode first
+// (impersonate:serviceaccount, or impersonate:user-info, in group
+// authentication.k8s.io), then the legacy one. Anything else: none.
+func impersonationShapes(a *authorizer.AttributesRecord) []impersonationShape {
+	if !a.ResourceRequest || a.Verb != "impersonate" || a.APIGroup != "" || a.Subresource != "" {
+		return nil
+	}
+	mode := ""
+	switch a.Resource {
+	case "serviceaccounts":
+		mode = "serviceaccount"
+	case "users", "groups":
+		mode = "user-info"
+	default:
+		return nil
+	}
+	constrained := *a
+	constrained.Verb = "impersonate:" + mode
+	constrained.APIGroup = "authentication.k8s.io"
+	constrained.APIVersion = "v1"
+	return []impersonationShape{
+		{name: "constrained impersonation, kube-apiserver 1.36+", attrs: &constrained},
+		{name: "legacy impersonation, the fallback", attrs: a},
+	}
+}
+
+func yesNo(ok bool) string {
+	if ok {
+		return "yes"
+	}
+	return "no"
+}
+
+// indent adds two spaces to every line of lines.
+func indent(lines string) string {
+	var b strings.Builder
+	for _, l := range strings.SplitAfter(lines, "\n") {
+		if l != "" {
+			b.WriteString("  " + l)
+		}
+	}
+	return b.String()
 }
 
 // canIAttributes builds the request attributes as kubectl auth can-i plus

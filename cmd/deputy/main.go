@@ -8,9 +8,16 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"deputy.dev/deputy/syncer"
 )
 
 func main() {
+	// deputy starts itself again as a render worker for every kustomize
+	// build (syncer/render_worker.go): before anything else.
+	if syncer.IsRenderWorker() {
+		os.Exit(syncer.RenderWorkerMain())
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	os.Exit(execute(ctx, os.Args[1:], os.Stdout, os.Stderr))

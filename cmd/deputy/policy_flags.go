@@ -18,7 +18,7 @@ func loadPolicyOnce(configFile string, paths []string) (*policy.Snapshot, string
 	if len(paths) == 0 && configFile != "" {
 		cfg, err := loadConfigFile(configFile)
 		if err != nil {
-			return nil, "", err
+			return nil, "the configuration " + configFile, err
 		}
 		paths = cfg.Policy.Paths
 	}

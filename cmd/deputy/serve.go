@@ -52,6 +52,9 @@ type serveFlags struct {
 	syncImpersonationEnforced bool
 	syncCacheDir              string
 	syncParallelism           int
+
+	// printConfig prints the effective configuration instead of serving.
+	printConfig bool
 }
 
 func newServeCommand(run serveFunc) *cobra.Command {
@@ -82,11 +85,20 @@ DeputyConfiguration, see docs/configuration.md).`,
 			if err != nil {
 				return err
 			}
+			if f.printConfig {
+				data, err := config.Marshal(cfg)
+				if err != nil {
+					return err
+				}
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s\n", data)
+				return err
+			}
 			return run(cmd.Context(), cfg, cmd.OutOrStdout())
 		},
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&f.configFile, "config", "", "DeputyConfiguration file (YAML)")
+	fs.BoolVar(&f.printConfig, "print-config", false, "print the effective configuration (file, flags and defaults) as YAML and exit")
 	fs.StringArrayVar(&f.policy, "policy", nil, "policy file or directory (.yaml/.yml/.json objects, .csv tokens); repeatable; default: the embedded examples")
 	fs.StringVar(&f.listen, "listen", "", "HOST:PORT to serve on (default "+config.DefaultListen+")")
 	fs.StringVar(&f.certDir, "cert-dir", "", "directory with tls.crt/tls.key (and ca.crt); development certificates are generated there when none exist (default "+config.DefaultCertDir+")")
@@ -216,7 +228,7 @@ func printHints(out io.Writer, s webhook.Serving) {
 	}
 	fmt.Fprintf(out, "\nPoint a kube-apiserver at it:\n  %s config apiserver --url %s --certs %s --out %s\n",
 		selfName(), url, s.CertDir, filepath.Join(filepath.Dir(filepath.Clean(s.CertDir)), "apiserver"))
-	fmt.Fprintf(out, "\nHealth: curl -s %s %s/readyz?verbose   Metrics: %s/metrics   Stop: Ctrl-C\n", "--cacert "+filepath.Join(s.CertDir, certs.CACertFile), url, url)
+	fmt.Fprintf(out, "\nHealth: curl -s %s '%s/readyz?verbose'   Metrics: %s/metrics   Stop: Ctrl-C\n", "--cacert "+filepath.Join(s.CertDir, certs.CACertFile), url, url)
 }
 
 // selfName is how the user invoked deputy, for copy-paste hints.

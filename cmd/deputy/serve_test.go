@@ -180,7 +180,7 @@ func TestEveryServeFlagOverridesAField(t *testing.T) {
 	cmd := newServeCommand(func(context.Context, *config.DeputyConfiguration, io.Writer) error { return nil })
 	overrides := flagOverrides(&config.DeputyConfiguration{}, &serveFlags{})
 	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		if f.Name == "config" || f.Name == "help" {
+		if f.Name == "config" || f.Name == "help" || f.Name == "print-config" {
 			return
 		}
 		if _, ok := overrides[f.Name]; !ok {
@@ -190,6 +190,26 @@ func TestEveryServeFlagOverridesAField(t *testing.T) {
 	for name := range overrides {
 		if cmd.Flags().Lookup(name) == nil {
 			t.Errorf("flagOverrides has %q, which is not a flag", name)
+		}
+	}
+}
+
+// `can-i impersonate serviceaccounts/NAME` answers both checks
+// kube-apiserver makes: the constrained one (what 1.36+ asks first, and the
+// only one requireConstrained leaves to sync identities) and the legacy
+// fallback; the constrained allow is a yes.
+func TestCanIImpersonationAnswersBothShapes(t *testing.T) {
+	var out, errb bytes.Buffer
+	args := []string{"can-i", "impersonate", "serviceaccounts/guestbook-deployer", "-n", "guestbook",
+		"--as", "system:serviceaccount:argocd:argocd-application-controller",
+		"--config", filepath.Join("..", "..", "examples", "config", "argocd.yaml"), "--policy", filepath.Join("..", "..", "examples", "argocd")}
+	if code := execute(t.Context(), args, &out, &errb); code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	for _, w := range []string{"yes\n", "(impersonate:serviceaccount): yes", "destinationServiceAccounts[0] derives system:serviceaccount:guestbook:guestbook-deployer",
+		"(impersonate): no", "requireConstrained"} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("output lacks %q:\n%s", w, out.String())
 		}
 	}
 }

@@ -54,8 +54,9 @@ succeeded, 1 anything else.
 
 Credentials, first found: --token-file, --client-cert/--client-key, the
 environment variable DEPUTY_TOKEN, else the development client certificate
-under .deputy/certs (what deputy serve generates), so that the embedded
-default works out of the box. The caller needs, in deputy's policy, verb
+under .deputy/certs (what deputy serve generates; it authenticates as
+kube-apiserver, which the example policy does not let sync: use
+DEPUTY_TOKEN=deputy-demo-alice against make run). The caller needs, in deputy's policy, verb
 create on applications/sync (group deputy.dev) in the namespace, and get on
 applications to follow it.`,
 		Example: `  deputy sync guestbook/guestbook --wait
@@ -182,6 +183,9 @@ func runSync(cmd *cobra.Command, ref string, f *syncFlags) error {
 			fmt.Fprintln(out, strings.TrimRight(final.Message, "\n"))
 		}
 		fmt.Fprintln(out, finalLine(final))
+		for _, line := range outOfSyncLines(final) {
+			fmt.Fprintln(out, line)
+		}
 	}
 	if final.Phase != v1alpha1.OperationSucceeded {
 		return exitError{code: 1}
@@ -214,14 +218,48 @@ func finalLine(s *v1alpha1.OperationState) string {
 	return line
 }
 
+// outOfSyncLines say, after a sync that leaves the Application OutOfSync
+// (syncer.SyncStatusAfter), which objects it tracks but no longer renders
+// are still there, and how to delete them.
+func outOfSyncLines(final *v1alpha1.OperationState) []string {
+	st, ok := syncer.SyncStatusAfter(final)
+	if !ok || st.Status != v1alpha1.SyncStatusCodeOutOfSync {
+		return nil
+	}
+	left := syncer.PruneSkipped(final)
+	hint := "sync with --prune to delete them"
+	if final.Operation.Sync != nil && final.Operation.Sync.Prune {
+		hint = "each line says why prune left it"
+	}
+	what := fmt.Sprintf("%d resources are", len(left))
+	if len(left) == 1 {
+		what = "1 resource is"
+	}
+	lines := []string{fmt.Sprintf("OutOfSync: %s no longer in Git but still there (%s):", what, hint)}
+	for _, r := range left {
+		lines = append(lines, "  "+resourceLine(r))
+	}
+	return lines
+}
+
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
 }
 
-// explainAPIError adds what to do to deputy's refusals.
+// devCAFile is the CA certificate deputy serve generates with its
+// development certificates (tls.certDir's default), which --cacert
+// defaults to when it exists.
+var devCAFile = filepath.Join(config.DefaultCertDir, certs.CACertFile)
+
+// explainAPIError adds what to do to deputy's refusals and to an untrusted
+// serving certificate.
 func explainAPIError(err error, opts webhook.APIClientOptions) error {
+	var certErr *webhook.CertificateError
+	if errors.As(err, &certErr) {
+		return explainCertificateError(certErr)
+	}
 	var apiErr *webhook.APIError
 	if !errors.As(err, &apiErr) {
 		return err
@@ -237,7 +275,28 @@ func explainAPIError(err error, opts webhook.APIClientOptions) error {
 		}
 		return fmt.Errorf("%s (%s; use --token-file, $%s, or --client-cert/--client-key)", apiErr.Status.Message, how, tokenEnv)
 	case http.StatusForbidden:
+		if strings.Contains(apiErr.Status.Message, "the project token of AppProject") {
+			// A project token's scope, not a missing grant.
+			return fmt.Errorf("%s\n(a project token acts only on its own project's Applications: use that project's token)", apiErr.Status.Message)
+		}
 		return fmt.Errorf("%s\n(grant verb create on applications/sync and get on applications, group deputy.dev, in deputy's policy)", apiErr.Status.Message)
 	}
 	return err
+}
+
+// explainCertificateError says how to make deputy's serving certificate
+// verify: --cacert with the CA that signed it, and where that CA is.
+func explainCertificateError(e *webhook.CertificateError) error {
+	if !e.UnknownAuthority() {
+		return fmt.Errorf("%w\n(the certificate must name the host of --server and be valid now: "+
+			"renew it with deputy certs init --dir DIR --hosts HOST, or use --server with a host it names)", e)
+	}
+	given := "--cacert " + e.CAFile + " is not the CA that signed it"
+	if e.CAFile == "" {
+		given = "no --cacert was given and " + devCAFile + " does not exist here"
+	}
+	return fmt.Errorf("%w\n(%s: pass deputy's CA with --cacert FILE. "+
+		"deputy serve's development certificates: %s under the directory deputy serve runs in (tls.certDir; deputy certs init --dir DIR writes DIR/%s); "+
+		"in a cluster: kubectl -n deputy-system get secret deputy-serving-cert -o jsonpath='{.data.ca\\.crt}' | base64 -d > ca.crt)",
+		e, given, devCAFile, certs.CACertFile)
 }

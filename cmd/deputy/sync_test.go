@@ -386,3 +386,53 @@ func TestValidateCountsApplicationsAndWarnsAboutMissingProjects(t *testing.T) {
 		}
 	}
 }
+
+// A serving certificate the client cannot verify is not a bare x509 error:
+// the message names --cacert and where deputy's CA is.
+func TestSyncNamesCacertWhenTheServingCertificateDoesNotVerify(t *testing.T) {
+	s := startSyncServer(t, nil, nil)
+	otherCA := t.TempDir()
+	if _, err := certs.Init(otherCA, certs.InitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	token := writeToken(t, syncAliceToken)
+	localhost := strings.Replace(s.url, "127.0.0.1", "localhost", 1) // httptest's certificate names 127.0.0.1, not localhost
+	tests := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{
+			name: "no --cacert and no development CA here: the system roots do not know deputy's CA",
+			args: []string{"--server", s.url},
+			want: []string{"failed to reach deputy at " + s.url + ": its serving certificate does not verify with the system's trusted CAs: x509: certificate signed by unknown authority",
+				"no --cacert was given and .deputy/certs/ca.crt does not exist here: pass deputy's CA with --cacert FILE",
+				"deputy serve's development certificates: .deputy/certs/ca.crt under the directory deputy serve runs in",
+				"kubectl -n deputy-system get secret deputy-serving-cert"},
+		},
+		{
+			name: "--cacert names another CA",
+			args: []string{"--server", s.url, "--cacert", filepath.Join(otherCA, certs.CACertFile)},
+			want: []string{"does not verify with the CA in " + filepath.Join(otherCA, certs.CACertFile),
+				"--cacert " + filepath.Join(otherCA, certs.CACertFile) + " is not the CA that signed it: pass deputy's CA with --cacert FILE"},
+		},
+		{
+			name: "the certificate does not name the host",
+			args: []string{"--server", localhost, "--cacert", s.caFile},
+			want: []string{"x509: certificate is valid for", "not localhost", "use --server with a host it names"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errOut := runCLI(t, append([]string{"sync", "guestbook/guestbook", "--token-file", token}, tc.args...)...)
+			if code == 0 {
+				t.Fatalf("exit 0\n%s", out)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(errOut, w) {
+					t.Errorf("stderr lacks %q:\n%s", w, errOut)
+				}
+			}
+		})
+	}
+}

@@ -143,6 +143,8 @@ func runTokenCreate(cmd *cobra.Command, f *tokenCreateFlags, now time.Time) erro
 		if !found {
 			return fmt.Errorf("AppProject %s/%s has no role %q (it has %v): add it to spec.roles, or fix --role", ns, name, f.role, roles)
 		}
+	} else {
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: the project and role were not checked (no --policy, and --config has no policy.paths): deputy refuses the token at use if AppProject %s/%s or its role %q does not exist\n", ns, name, f.role)
 	}
 
 	token, info, err := tokenreview.IssueProjectToken(key, tokenreview.ProjectTokenRequest{

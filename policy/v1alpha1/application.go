@@ -133,8 +133,10 @@ type OperationState struct {
 	// Phase is Running, Succeeded, Failed or Error.
 	Phase   string `json:"phase"`
 	Message string `json:"message,omitempty"`
-	// Identity is who the cluster saw: "system:serviceaccount:ns:sa", or
-	// "controller identity: impersonation not enforced".
+	// Identity is who the cluster saw: "system:serviceaccount:ns:sa",
+	// "controller identity: impersonation not enforced" (no
+	// destinationServiceAccounts entry matched) or "controller identity:
+	// impersonation disabled".
 	Identity   string               `json:"identity,omitempty"`
 	StartedAt  metav1.Time          `json:"startedAt"`
 	FinishedAt *metav1.Time         `json:"finishedAt,omitempty"`

@@ -6,6 +6,7 @@ package e2e
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -46,7 +47,11 @@ authorization:
     - serviceAccount: argocd/argocd-application-controller
       projects: {apiGroups: [argoproj.io], namespaces: [argocd]}
       applicationNamespaces: [argocd]
+    # deputy's own sync identity: the attack suite's replicas keep their
+    # AppProjects in deputy-system, the controller tests' in e2e-main-deputy.
+    # (Left out, the gate would read only sync.projectNamespaces below.)
     - serviceAccount: deputy-system/deputy
+      projects: {namespaces: [deputy-system, e2e-main-deputy]}
     strict: %t
     requireConstrained: true
 api:
@@ -80,6 +85,10 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	flag.Parse()
+	if framework.ListingOnly() {
+		return m.Run() // go test -list: no build, no control plane
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var err error
@@ -89,6 +98,11 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(work)
+	// kubectl's discovery and HTTP caches stay inside work.
+	if err := framework.UseKubectlCacheDir(filepath.Join(work, "kube-cache")); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	repoRoot = filepath.Join(work, "repos")
 	if err := os.Mkdir(repoRoot, 0o700); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -102,6 +102,7 @@ func (g *gitRepo) commit(msg string) plumbing.Hash {
 // entry: deputy's gate allows sync identities to create self reviews.
 func syncProject(t *testing.T, name string, spec v1alpha1.AppProjectSpec) *v1alpha1.AppProject {
 	t.Helper()
+	ensureNamespace(t, "argocd") // so that a test run alone (-run) finds it
 	if spec.SourceRepos == nil {
 		spec.SourceRepos = []string{"*"}
 	}
@@ -499,7 +500,11 @@ func TestSyncPreflightNamesTheMissingPermission(t *testing.T) {
 	for _, want := range []string{
 		"preflight failed: " + saUser + " lacks 1 permission this sync needs; nothing was changed",
 		"  - create services in namespace " + ns + ", for Service " + ns + "/guestbook-ui\n",
-		"kind: Role\nmetadata:\n  name: deputy-sync-limited\n  namespace: " + ns + "\nrules:\n- apiGroups:\n  - \"\"\n  resources:\n  - services\n  verbs:\n  - create\n",
+		// The Role holds everything the sync needs, not only what is
+		// missing: applying it (it replaces an earlier suggestion) converges.
+		"kind: Role\nmetadata:\n  name: deputy-sync-limited\n  namespace: " + ns + "\nrules:\n" +
+			"- apiGroups:\n  - \"\"\n  resources:\n  - configmaps\n  - services\n  verbs:\n  - get\n  - list\n  - create\n  - patch\n" +
+			"- apiGroups:\n  - apps\n  resources:\n  - deployments\n  verbs:\n  - get\n  - list\n  - create\n  - patch\n",
 	} {
 		if !strings.Contains(st.Message, want) {
 			t.Errorf("message lacks %q", want)
@@ -639,10 +644,18 @@ func TestSyncPruneDeletesOnlyWhatItTracks(t *testing.T) {
 			t.Errorf("dry run deleted: %v", err)
 		}
 	})
-	t.Run("without prune nothing is deleted", func(t *testing.T) {
+	t.Run("without prune nothing is deleted, what prune would delete is reported, and the Application is OutOfSync", func(t *testing.T) {
 		st := engine.Run(t.Context(), syncer.Request{Application: app, Project: project}, nil)
-		if st.Phase != v1alpha1.OperationSucceeded || len(st.SyncResult.Resources) != 1 {
+		res := resultsByName(st)
+		if r := res["ConfigMap/remove"]; st.Phase != v1alpha1.OperationSucceeded || len(res) != 2 || r == nil ||
+			r.Status != v1alpha1.ResultCodePruneSkipped || r.Message != "would be pruned (prune is off)" {
 			t.Fatalf("%s", describe(st))
+		}
+		if sync, ok := syncer.SyncStatusAfter(st); !ok || sync.Status != v1alpha1.SyncStatusCodeOutOfSync {
+			t.Errorf("sync status after it: %+v (%v), want OutOfSync", sync, ok)
+		}
+		if _, err := cs.CoreV1().ConfigMaps(ns).Get(t.Context(), "remove", metav1.GetOptions{}); err != nil {
+			t.Errorf("a sync without prune deleted: %v", err)
 		}
 	})
 	t.Run("with prune the removed file's object is deleted, and only it", func(t *testing.T) {

@@ -36,22 +36,38 @@ var (
 	buildErr  error
 )
 
-// DeputyBinary returns $DEPUTY_BIN, or builds cmd/deputy once per test binary.
+// TestBinaryName is the deputy binary DeputyBinary builds into bin/ at the
+// repository root (git-ignored), apart from bin/deputy, which `make build`
+// writes and other runs may be using.
+const TestBinaryName = "deputy-test"
+
+// DeputyBinary returns $DEPUTY_BIN, or builds cmd/deputy once per test
+// binary into bin/deputy-test at the repository root: never into the
+// system's temporary directory, where every run would leave ~150 MB behind.
+// The build goes to a temporary name in bin/ and is renamed into place, so
+// that test packages building at the same time, or a run still executing
+// the previous binary, never see a partial file.
 func DeputyBinary() (string, error) {
 	if p := os.Getenv("DEPUTY_BIN"); p != "" {
 		return p, nil
 	}
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "deputy-bin-")
-		if err != nil {
-			buildErr = err
+		dir := filepath.Join(RepoRoot(), "bin")
+		if buildErr = os.MkdirAll(dir, 0o755); buildErr != nil {
 			return
 		}
-		buildPath = filepath.Join(dir, "deputy")
-		cmd := exec.Command("go", "build", "-o", buildPath, "./cmd/deputy")
+		tmp := filepath.Join(dir, fmt.Sprintf(".%s-%d", TestBinaryName, os.Getpid()))
+		cmd := exec.Command("go", "build", "-o", tmp, "./cmd/deputy")
 		cmd.Dir = RepoRoot()
 		if out, err := cmd.CombinedOutput(); err != nil {
+			_ = os.Remove(tmp)
 			buildErr = fmt.Errorf("go build ./cmd/deputy: %v\n%s", err, out)
+			return
+		}
+		buildPath = filepath.Join(dir, TestBinaryName)
+		if err := os.Rename(tmp, buildPath); err != nil {
+			_ = os.Remove(tmp)
+			buildErr = err
 		}
 	})
 	return buildPath, buildErr

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -46,14 +47,21 @@ type ControlPlaneOptions struct {
 	WorkDir   string
 	// ConfigArgs are extra `deputy config apiserver` flags (TTLs, failure policy).
 	ConfigArgs []string
-	// APIServerArgs are extra kube-apiserver flags.
+	// APIServerArgs are extra kube-apiserver flags, set after the ones `deputy
+	// config apiserver` prints; an empty value removes the flag.
 	APIServerArgs map[string]string
+	// LegacyFlags generates with `deputy config apiserver --legacy-flags`:
+	// kube-apiserver then runs with --authorization-mode and
+	// --authorization-webhook-* instead of --authorization-config.
+	LegacyFlags bool
 }
 
 // StartControlPlane generates the kube-apiserver configuration with `deputy
-// config apiserver`, starts kube-apiserver with --authorization-config and
-// --authentication-token-webhook-config-file, installs deputy's CRDs and
-// applies the generated ValidatingWebhookConfiguration.
+// config apiserver`, starts kube-apiserver with the flags that command tells
+// the operator to remove and add (--authorization-config, or with
+// LegacyFlags --authorization-mode and --authorization-webhook-*, and
+// --authentication-token-webhook-*), installs deputy's CRDs and applies the
+// generated ValidatingWebhookConfiguration.
 func StartControlPlane(ctx context.Context, o ControlPlaneOptions) (*ControlPlane, error) {
 	assets, err := AssetsDir()
 	if err != nil {
@@ -61,8 +69,16 @@ func StartControlPlane(ctx context.Context, o ControlPlaneOptions) (*ControlPlan
 	}
 	cp := &ControlPlane{ConfigDir: filepath.Join(o.WorkDir, "apiserver")}
 	args := append([]string{"config", "apiserver", "--url", o.DeputyURL, "--certs", o.CertDir, "--out", cp.ConfigDir}, o.ConfigArgs...)
-	if _, err := CLI(o.DeputyBin, args...); err != nil {
+	if o.LegacyFlags {
+		args = append(args, "--legacy-flags")
+	}
+	out, err := CLI(o.DeputyBin, args...)
+	if err != nil {
 		return nil, err
+	}
+	remove, add := InstructedFlags(out)
+	if len(add) == 0 {
+		return nil, fmt.Errorf("deputy %v printed no kube-apiserver flags to add:\n%s", args, out)
 	}
 	cp.Env = &envtest.Environment{
 		BinaryAssetsDirectory: assets,
@@ -76,14 +92,19 @@ func StartControlPlane(ctx context.Context, o ControlPlaneOptions) (*ControlPlan
 	}
 	api := cp.Env.ControlPlane.GetAPIServer()
 	a := api.Configure()
-	// --authorization-config and --authorization-mode are mutually exclusive.
-	a.Disable("authorization-mode")
-	a.Set("authorization-config", filepath.Join(cp.ConfigDir, manifests.AuthorizationConfigFile))
-	a.Set("authentication-token-webhook-config-file", filepath.Join(cp.ConfigDir, manifests.AuthenticationKubeconfigFile))
-	a.Set("authentication-token-webhook-version", "v1")
+	for _, name := range remove {
+		a.Disable(name)
+	}
+	for _, f := range add {
+		a.Set(f[0], f[1])
+	}
 	a.Set("authentication-token-webhook-cache-ttl", "1s")
 	a.Set("api-audiences", APIAudience)
 	for k, v := range o.APIServerArgs {
+		if v == "" {
+			a.Disable(k)
+			continue
+		}
 		a.Set(k, v)
 	}
 	if cp.Env.Config, err = cp.Env.Start(); err != nil {
@@ -110,6 +131,26 @@ func StartControlPlane(ctx context.Context, o ControlPlaneOptions) (*ControlPlan
 		return nil, err
 	}
 	return cp, nil
+}
+
+// InstructedFlags returns the kube-apiserver flags the instructions of
+// `deputy config apiserver` (output) tell the operator to remove ("remove
+// --name=...") and to add ("add --name=value"), in order.
+func InstructedFlags(output string) (remove []string, add [][2]string) {
+	for _, line := range strings.Split(output, "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 2 || !strings.HasPrefix(fields[1], "--") {
+			continue
+		}
+		name, value, _ := strings.Cut(strings.TrimPrefix(fields[1], "--"), "=")
+		switch fields[0] {
+		case "remove":
+			remove = append(remove, name)
+		case "add":
+			add = append(add, [2]string{name, value})
+		}
+	}
+	return remove, add
 }
 
 func (cp *ControlPlane) applyValidatingWebhook(ctx context.Context) error {
@@ -154,15 +195,22 @@ func (cp *ControlPlane) Kubectl(ctx context.Context, stdin []byte, args ...strin
 }
 
 // Kubectl runs kubectl with args (and stdin, if not nil) and returns stdout
-// and stderr.
+// and stderr. Its caches go to the directory UseKubectlCacheDir set, else to
+// a temporary one removed afterwards.
 func Kubectl(ctx context.Context, stdin []byte, args ...string) (string, string, error) {
 	cmd := exec.CommandContext(ctx, "kubectl", args...)
+	env, done, err := kubectlEnv() // never ~/.kube/cache
+	if err != nil {
+		return "", "", err
+	}
+	defer done()
+	cmd.Env = env
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(stdin)
 	}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
+	err = cmd.Run()
 	return out.String(), errb.String(), err
 }
 

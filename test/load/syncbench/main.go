@@ -46,6 +46,10 @@ type Result struct {
 }
 
 func main() {
+	// The engine renders in render workers: this binary started again.
+	if syncer.IsRenderWorker() {
+		os.Exit(syncer.RenderWorkerMain())
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "syncbench:", err)
 		os.Exit(1)

@@ -1,0 +1,17 @@
+package e2e
+
+import (
+	"os"
+
+	"deputy.dev/deputy/syncer"
+)
+
+// The tests' in-process sync engines (sync_test.go) render through render
+// workers, this test binary started again: it must become one before
+// TestMain starts anything (a control plane). An init function rather than
+// a line in TestMain, so that no worker ever reaches TestMain.
+func init() {
+	if syncer.IsRenderWorker() {
+		os.Exit(syncer.RenderWorkerMain())
+	}
+}

@@ -39,7 +39,7 @@ image: ## Build the container image IMAGE (docker or CONTAINER=podman; kind: kin
 
 .PHONY: e2e
 e2e: build test-binaries ## e2e suite and a small RBAC conformance run: real kube-apiserver v1.37.2 + etcd built from Go modules
-	KUBEBUILDER_ASSETS=$(BIN) $(GO) test -tags envtest -count=1 -run 'APIServer' ./policy/ ./webhook/ ./syncer/
+	KUBEBUILDER_ASSETS=$(BIN) $(GO) test -tags envtest -count=1 -run 'APIServer' ./policy/... ./serve/ ./apps/
 	cd test && DEPUTY_BIN=$(BIN)/deputy KUBEBUILDER_ASSETS=$(BIN) CONFORMANCE_SARS=2000 CONFORMANCE_SEEDS=2 $(GO) test -count=1 -timeout 30m ./...
 
 # RBAC conformance (issue #3): SARS SubjectAccessReviews over SEEDS random

@@ -173,7 +173,7 @@ func bootstrapHint(a authorizer.Attributes) string {
 			continue
 		}
 		for i := range g.ClusterRole.Rules {
-			if RuleAllows(a, &g.ClusterRole.Rules[i]) {
+			if ruleAllows(a, &g.ClusterRole.Rules[i]) {
 				return fmt.Sprintf("kube-apiserver's bootstrap ClusterRole %q, bound to group %s, allows this (%s): "+
 					"a policy with authorization.defaultDecision Deny must keep it, see %s", g.ClusterRole.Name, group, g.Purpose, BootstrapFile)
 			}

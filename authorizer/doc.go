@@ -7,6 +7,10 @@
 //     (plugin/pkg/auth/authorizer/rbac), reason strings included, but with
 //     bindings indexed by subject so the cost does not grow with the number of
 //     bindings;
+//   - the impersonation grammar (impersonation.go: the verbs impersonate,
+//     impersonate:<mode> and impersonate-on:<mode>:<verb>, the modes deputy
+//     knows and the targets each check names), used by the gate and by the
+//     RBAC admission lint of package webhook;
 //   - the impersonation Gate answers only the impersonation checks
 //     kube-apiserver sends: a configured sync identity may impersonate exactly
 //     the ServiceAccounts its AppProjects derive and act as them only inside
@@ -19,5 +23,7 @@
 //   - BootstrapGrants are kube-apiserver's bootstrap grants every client
 //     needs, which a policy with default decision Deny must keep.
 //
-// It must not do HTTP. An error here is never an Allow.
+// Every component takes plain options (GateOptions, Options); the mapping
+// from deputy's configuration file is the composition root's. It must not do
+// HTTP or import config. An error here is never an Allow.
 package authorizer

@@ -203,7 +203,7 @@ func TestGateClaimsOnlyTheImpersonationShapesKubeAPIServerSends(t *testing.T) {
 }
 
 func TestGateRefusesLegacyImpersonationToImpersonatorsByDefault(t *testing.T) {
-	// GateOptionsFrom applies the configuration's default (requireConstrained:
+	// The configuration maps to RequireConstrained by default (requireConstrained:
 	// true); the legacy fallback let the controller's token read ConfigMaps
 	// outside every destination.
 	g := newTestGate(t, loadSnapshot(t, project("catch-all", "  destinations: [{server: '*', namespace: guestbook}]\n  destinationServiceAccounts:\n  - {server: '*', namespace: '*', defaultServiceAccount: deployer}\n")),

@@ -98,7 +98,7 @@ func (v *visitor) visit(b *policy.Binding, subject int) bool {
 	return true
 }
 
-// request is what RuleAllows reads of the Attributes, fetched once per
+// request is what ruleAllows reads of the Attributes, fetched once per
 // decision: every getter is an interface call (on an AttributesRecord, one
 // that copies the whole record into the value receiver) and a decision may
 // test dozens of rules.
@@ -136,7 +136,7 @@ func (r *request) allows(rule *rbacv1.PolicyRule) bool {
 	return verbMatches(rule, r.verb) && nonResourceURLMatches(rule, r.path)
 }
 
-// RuleAllows reports whether rule allows the request, exactly as
+// ruleAllows reports whether rule allows the request, exactly as
 // plugin/pkg/auth/authorizer/rbac.RuleAllows with the helpers of
 // pkg/apis/rbac/v1/evaluation_helpers.go:
 //   - verbs and apiGroups: "*" or an exact, case-sensitive match;
@@ -146,7 +146,7 @@ func (r *request) allows(rule *rbacv1.PolicyRule) bool {
 //   - nonResourceURLs: "*", exact, or a prefix when the rule ends in "*".
 //
 // The apiVersion and selectors of the request are ignored.
-func RuleAllows(a authorizer.Attributes, rule *rbacv1.PolicyRule) bool {
+func ruleAllows(a authorizer.Attributes, rule *rbacv1.PolicyRule) bool {
 	req := newRequest(a)
 	return req.allows(rule)
 }

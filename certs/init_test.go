@@ -423,41 +423,6 @@ func TestInitCapsLeafValidityAtTheCA(t *testing.T) {
 	}
 }
 
-func TestLoadCertPool(t *testing.T) {
-	dir := t.TempDir()
-	mustInit(t, dir, InitOptions{})
-	tests := []struct {
-		name     string
-		path     string
-		wantErr  string
-		notExist bool
-	}{
-		{name: "the CA file loads", path: filepath.Join(dir, CACertFile)},
-		{name: "a missing file wraps fs.ErrNotExist", path: filepath.Join(dir, "nope.crt"), wantErr: "nope.crt", notExist: true},
-		{name: "a key file holds no certificate", path: filepath.Join(dir, CAKeyFile), wantErr: CAKeyFile},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			pool, err := LoadCertPool(tt.path)
-			if tt.wantErr == "" {
-				if err != nil || pool == nil {
-					t.Fatalf("LoadCertPool: %v", err)
-				}
-				if _, err := parseCert(t, filepath.Join(dir, ServingCertFile)).Verify(x509.VerifyOptions{Roots: pool, DNSName: "localhost"}); err != nil {
-					t.Errorf("serving certificate does not verify against the loaded pool: %v", err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("err = %v, want one naming %q", err, tt.wantErr)
-			}
-			if errors.Is(err, fs.ErrNotExist) != tt.notExist {
-				t.Errorf("errors.Is(err, fs.ErrNotExist) = %v, want %v", !tt.notExist, tt.notExist)
-			}
-		})
-	}
-}
-
 func TestLoadAPIServerClient(t *testing.T) {
 	tests := []struct {
 		name     string

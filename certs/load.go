@@ -6,35 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/keyutil"
-)
 
-// LoadCertPool reads a PEM bundle of one or more CERTIFICATE blocks from path
-// (e.g. CACertFile, or the client CA deputy trusts) into a new pool.
-//
-// Errors: the file cannot be read (the error wraps fs.ErrNotExist when it is
-// missing), or it holds no parseable certificate; both name the path.
-func LoadCertPool(path string) (*x509.CertPool, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("failed to read CA bundle: %w", err)
-	}
-	certs, err := certutil.ParseCertsPEM(data)
-	if err != nil {
-		return nil, fmt.Errorf("failed to load CA bundle %s: %w", path, err)
-	}
-	pool := x509.NewCertPool()
-	for _, c := range certs {
-		pool.AddCert(c)
-	}
-	return pool, nil
-}
+	"deputy.dev/deputy/internal/secretfile"
+)
 
 // APIServerClient is what kube-apiserver needs to call deputy, as PEM: the CA
 // that signed deputy's serving certificate, and the client certificate and
@@ -64,7 +44,7 @@ func loadAPIServerClient(dir string, now time.Time) (APIServerClient, error) {
 	var out APIServerClient
 	var errs []error
 	read := func(name string) []byte {
-		data, err := os.ReadFile(filepath.Join(dir, name))
+		data, err := secretfile.Read(filepath.Join(dir, name), secretfile.MaxBytes)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("failed to read %s: %w", name, err))
 		}
@@ -114,7 +94,7 @@ func loadAPIServerClient(dir string, now time.Time) (APIServerClient, error) {
 // it.
 func CheckServingHost(dir, host string) error {
 	path := filepath.Join(dir, ServingCertFile)
-	data, err := os.ReadFile(path)
+	data, err := secretfile.Read(path, secretfile.MaxBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}

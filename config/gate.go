@@ -7,6 +7,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"deputy.dev/deputy/internal/secretfile"
 )
 
 // GateSubresource allows sync identities one subresource, for some verbs,
@@ -40,6 +42,10 @@ var gateVerbs = []string{"get", "list", "watch", "create", "update", "patch", "d
 // serviceAccountNamespaceFile is where a Pod finds its namespace.
 const serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
+// maxNamespaceFileBytes caps serviceAccountNamespaceFile: a namespace name
+// has at most 63 characters.
+const maxNamespaceFileBytes = 1 << 10
+
 // OwnNamespace is deputy's own namespace: the POD_NAMESPACE environment
 // variable (the manifests set it from the downward API), else the in-cluster
 // ServiceAccount's namespace file, else deputy-system. It is where the
@@ -49,8 +55,8 @@ func OwnNamespace() string {
 	if ns := strings.TrimSpace(os.Getenv("POD_NAMESPACE")); ns != "" {
 		return ns
 	}
-	if b, err := os.ReadFile(serviceAccountNamespaceFile); err == nil && strings.TrimSpace(string(b)) != "" {
-		return strings.TrimSpace(string(b))
+	if b, err := secretfile.ReadTrimmed(serviceAccountNamespaceFile, maxNamespaceFileBytes); err == nil && len(b) > 0 {
+		return string(b)
 	}
 	return DefaultLeaseNamespace
 }

@@ -24,6 +24,7 @@ import (
 	authorizationcel "k8s.io/apiserver/pkg/authorization/cel"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	certutil "k8s.io/client-go/util/cert"
 
 	"deputy.dev/deputy/certs"
 )
@@ -146,7 +147,7 @@ func TestKubeconfigsReachDeputy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clientCAs, err := certs.LoadCertPool(filepath.Join(dir, certs.CACertFile))
+	clientCAs, err := certutil.NewPool(filepath.Join(dir, certs.CACertFile))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,8 @@ package policy
 // ClusterState is the policy deputy reads from the cluster in cluster mode:
 // the cluster's RBAC objects (already aggregated by kube-controller-manager)
 // and its AppProjects of both groups. Like Snapshot it is immutable; the
-// cluster source swaps in a new one after informer events.
+// cluster source (package policy/clustersource) swaps in a new one after
+// informer events.
 type ClusterState struct {
 	// RBAC indexes the cluster's Roles, ClusterRoles and bindings.
 	RBAC *RBAC

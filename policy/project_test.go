@@ -615,7 +615,7 @@ func TestDeriveServiceAccount(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			user, idx, err := DeriveServiceAccount(tt.project, tt.server, tt.namespace, tt.appNS)
+			user, idx, err := deriveServiceAccount(tt.project, tt.server, tt.namespace, tt.appNS)
 			if tt.wantErr != "" {
 				if err == nil || err.Error() != tt.wantErr {
 					t.Fatalf("error = %v, want %q", err, tt.wantErr)
@@ -752,7 +752,7 @@ func FuzzValidateAppProject(f *testing.F) {
 				t.Errorf("unexpected warning %q", w)
 			}
 		}
-		user, idx, derr := DeriveServiceAccount(p, server, ns, appNS)
+		user, idx, derr := deriveServiceAccount(p, server, ns, appNS)
 		if idx < -1 || idx > 1 || (user != "" && (derr != nil || idx < 0)) {
 			t.Fatalf("inconsistent derivation (%q, %d, %v)", user, idx, derr)
 		}
@@ -820,12 +820,6 @@ func BenchmarkDeriveServiceAccount(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				_, _, _ = c.Derive(inCluster, "guestbook", "argocd")
-			}
-		})
-		b.Run("uncompiled/"+bc.name, func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				_, _, _ = DeriveServiceAccount(bc.project, inCluster, "guestbook", "argocd")
 			}
 		})
 	}
@@ -896,4 +890,38 @@ func TestValidateAppProjectRefusesSystemGroupsInRoles(t *testing.T) {
 	if len(errs) != 1 || errs[0].Field != "spec.roles[0].groups[1]" || !strings.Contains(errs[0].Error(), "system:masters is cluster-admin") {
 		t.Errorf("errors %v, want one for spec.roles[0].groups[1]", errs)
 	}
+}
+
+// deriveServiceAccount is CompiledProject.Derive for a project that is not
+// compiled ahead, the reference the tests compare the compiled derivation
+// with: it compiles the patterns of the entries it walks on every call and,
+// unlike CompileAppProject but like upstream, accepts patterns that do not
+// compile and fails only when the walk reaches such an entry. A nil project
+// matches nothing.
+func deriveServiceAccount(p *v1alpha1.AppProject, destServer, destNamespace, appNamespace string) (username string, entryIndex int, err error) {
+	if p == nil {
+		return "", -1, nil
+	}
+	if err := saCheckInputs(destServer, destNamespace, appNamespace); err != nil {
+		return "", -1, err
+	}
+	for i, raw := range p.Spec.DestinationServiceAccounts {
+		var e saEntry
+		e.server, e.serverErr = saCompilePattern(raw.Server)
+		e.namespace, e.namespaceErr = saCompilePattern(raw.Namespace)
+		matched, err := e.matches(destServer, destNamespace)
+		if err != nil {
+			return "", i, err
+		}
+		if !matched {
+			continue
+		}
+		e.compileServiceAccount(raw.DefaultServiceAccount)
+		ns, name, err := e.resolve(destNamespace, appNamespace)
+		if err != nil {
+			return "", i, err
+		}
+		return e.usernameFor(ns, name), i, nil
+	}
+	return "", -1, nil
 }

@@ -46,3 +46,19 @@ type Progress func(state *v1alpha1.OperationState, resource *v1alpha1.ResourceRe
 type Runner interface {
 	Run(ctx context.Context, req Request, progress Progress) *v1alpha1.OperationState
 }
+
+// RunnerFunc adapts a function to a Runner.
+type RunnerFunc func(ctx context.Context, req Request, progress Progress) *v1alpha1.OperationState
+
+// Run implements Runner.
+func (f RunnerFunc) Run(ctx context.Context, req Request, progress Progress) *v1alpha1.OperationState {
+	return f(ctx, req, progress)
+}
+
+// RevisionResolver resolves an Application's targetRevision to a commit SHA
+// (the Engine implements it: Engine.ResolveRevision). The Application
+// controller (package apps) compares it with status.sync.revision to decide
+// whether Git moved.
+type RevisionResolver interface {
+	ResolveRevision(ctx context.Context, app *v1alpha1.Application) (string, error)
+}

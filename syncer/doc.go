@@ -1,26 +1,27 @@
-// Package syncer is deputy's sync engine: it renders an Application's
-// manifests from Git (plain files or kustomize, read lazily from the Git
-// objects within the operation's limits), checks them against the
+// Package syncer is deputy's sync engine: it gets an Application's
+// manifests at a revision from its sub-package source (Git fetched and
+// rendered there, within the operation's limits), checks them against the
 // AppProject (source repositories, destinations, kinds), derives the
 // ServiceAccount to impersonate (Argo CD's destinationServiceAccounts), runs a
 // preflight of every permission the operation needs as that ServiceAccount,
 // applies server-side (field manager "deputy") as that ServiceAccount, prunes
 // only objects carrying the Application's tracking annotation, never applies
 // or prunes an object another Application's tracking annotation claims, and
-// records the operation's state. It also queues operations (one at a time per
-// Application).
+// reports the operation's state: one operation (Runner, Engine). It holds
+// the cluster registry destinations resolve in (Clusters, ClusterRegistry:
+// names to server URLs, server URLs to deputy's own client configuration,
+// loaded by the composition root from its configuration). Queueing
+// operations, the Application controller and their status belong to package
+// apps, which calls it (never the other way).
 //
-// It must not decide who may impersonate: that is the authorizer's
+// It must not read deputy's configuration or call back into the server
+// (webhook, serve), nor decide who may impersonate: that is the authorizer's
 // impersonation gate, answering kube-apiserver's checks of the requests this
-// package makes. It must not read anything an Application's source does not
-// name, nor let a tenant steer what it reads: remote repositories fetched
-// from exactly the Application's URL into one mirror per URL, with only the
-// credentials that cover that URL; local repositories only under the
-// configured directories, confined to them; no kustomize remote content
-// unless the operator allows it, never exec or KRM function plugins or Helm;
-// every fetch, render and operation bounded (Limits). It must not render in
-// the process it runs in (deputy's, which answers kube-apiserver's webhooks):
-// renders run in render workers, child processes bounded in memory
-// (render_worker.go), and a program that runs an Engine calls
-// RenderWorkerMain first thing in main when IsRenderWorker.
+// package makes. It must not fetch or render anything itself: every read of
+// a repository and every render goes through source.Cache (built from
+// EngineOptions.Source), which holds what a tenant must not steer (one
+// mirror per exact URL, credentials matched to it, local repositories
+// confined, render workers bounded in memory, source.Limits); a program
+// that runs an Engine calls source.RenderWorkerMain first thing in main
+// when source.IsRenderWorker.
 package syncer

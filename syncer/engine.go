@@ -1,11 +1,10 @@
 package syncer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 
 	"deputy.dev/deputy/policy"
 	"deputy.dev/deputy/policy/v1alpha1"
+	"deputy.dev/deputy/syncer/source"
 )
 
 // DefaultParallelism is how many objects of one apply group (and how many
@@ -43,40 +43,6 @@ type Clusters interface {
 	RESTConfig(ctx context.Context, server string) (*rest.Config, error)
 }
 
-// StaticClusters is a Clusters of one cluster: the one deputy runs in (or
-// the one a kubeconfig names), registered as Name at Server.
-type StaticClusters struct {
-	// Name defaults to InClusterName, Server to InClusterServer.
-	Name, Server string
-	// Config is the controller identity's client config for that cluster
-	// (rest.InClusterConfig, or one loaded from a kubeconfig).
-	Config *rest.Config
-}
-
-var _ Clusters = StaticClusters{}
-
-func (s StaticClusters) name() string   { return cmpOr(s.Name, InClusterName) }
-func (s StaticClusters) server() string { return cmpOr(s.Server, InClusterServer) }
-
-// ServerForName implements Clusters.
-func (s StaticClusters) ServerForName(_ context.Context, name string) (string, error) {
-	if name != s.name() {
-		return "", fmt.Errorf("cluster %q is not registered with deputy (known: %q): set spec.destination.name to it, or spec.destination.server to %s", name, s.name(), s.server())
-	}
-	return s.server(), nil
-}
-
-// RESTConfig implements Clusters.
-func (s StaticClusters) RESTConfig(_ context.Context, server string) (*rest.Config, error) {
-	if server != s.server() {
-		return nil, fmt.Errorf("cluster %s is not registered with deputy (known: %s): set spec.destination.server to it", server, s.server())
-	}
-	if s.Config == nil {
-		return nil, errors.New("the cluster registry has no client config")
-	}
-	return rest.CopyConfig(s.Config), nil
-}
-
 // ImpersonationSettings are Argo CD's application.sync.impersonation
 // settings. Enabled is false by default upstream and Enforced true; the
 // zero value here is (false, false), so callers apply those defaults (the
@@ -98,28 +64,12 @@ type EngineOptions struct {
 	// Impersonation decides whether syncs impersonate the derived
 	// ServiceAccount.
 	Impersonation ImpersonationSettings
-	// RepoCredentials are the HTTPS credentials of Git repositories (see
-	// RepoCredential for how one is matched to a repository URL).
-	RepoCredentials []RepoCredential
-	// Secrets reads the Secrets that RepoCredentials name.
-	Secrets SecretGetter
-	// CacheDir holds the clones of https repositories (bare mirrors, one per
-	// exact repository URL, fetched on every sync). Required; created when
-	// missing.
-	CacheDir string
-	// LocalRepositories are the absolute directories under which local
-	// repositories (file:// URLs and absolute paths) may be opened
-	// (config sync.localRepositories); every file access of such a
-	// repository stays inside the directory that holds it. Empty: every
-	// local repository is refused, naming sync.localRepositories. A
-	// directory that is, contains or is inside CacheDir is refused by
-	// NewEngine.
-	LocalRepositories []string
-	// Kustomize configures kustomize builds (remote resources are off by
-	// default).
-	Kustomize KustomizeOptions
-	// Limits bound each operation; zero fields take DefaultLimits.
-	Limits Limits
+	// Source configures where manifests come from and how they are rendered
+	// (package source): the repository cache and credentials, local
+	// repositories, kustomize, and the limits of each fetch, render and
+	// operation (Source.Limits.OperationTimeout bounds Run and
+	// DeleteResources).
+	Source source.Options
 	// Parallelism bounds the requests in flight inside one apply group, and
 	// the permission checks of the preflight. Default DefaultParallelism.
 	Parallelism int
@@ -136,8 +86,9 @@ type EngineOptions struct {
 // safe for concurrent use; one Application should have one operation at a
 // time (the operations queue ensures it).
 type Engine struct {
-	opts  EngineOptions
-	repos *repoCache
+	opts EngineOptions
+	// sources fetches and renders Applications' sources.
+	sources *source.Cache
 
 	// controllerNames caches, per cluster server, the username of the
 	// controller identity (for the "X is impersonating Y" log line).
@@ -146,16 +97,17 @@ type Engine struct {
 
 var _ Runner = (*Engine)(nil)
 
-// NewEngine checks opts and creates the cache directory.
+// NewEngine checks opts, fills their defaults (DefaultParallelism, and
+// source.New's) and builds the source cache (creating its directory).
+//
+// Errors: Clusters is nil, or source.New's (naming the option).
 func NewEngine(opts EngineOptions) (*Engine, error) {
 	if opts.Clusters == nil {
 		return nil, errors.New("syncer: EngineOptions.Clusters is required")
 	}
-	if opts.CacheDir == "" {
-		return nil, errors.New("syncer: EngineOptions.CacheDir is required")
-	}
-	if err := os.MkdirAll(opts.CacheDir, 0o700); err != nil {
-		return nil, fmt.Errorf("syncer: failed to create the cache directory: %w", err)
+	sources, err := source.New(opts.Source)
+	if err != nil {
+		return nil, err
 	}
 	if opts.Parallelism <= 0 {
 		opts.Parallelism = DefaultParallelism
@@ -163,74 +115,26 @@ func NewEngine(opts EngineOptions) (*Engine, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	opts.Limits = opts.Limits.withDefaults()
-	if opts.Kustomize.RemoteTimeout <= 0 {
-		opts.Kustomize.RemoteTimeout = DefaultKustomizeRemoteTimeout
-	}
-	local, err := checkLocalRepositories(opts.LocalRepositories, opts.CacheDir)
-	if err != nil {
-		return nil, err
-	}
-	for i, c := range opts.RepoCredentials {
-		if c.URL == "" {
-			return nil, fmt.Errorf("syncer: RepoCredentials[%d].URL is empty", i)
-		}
-		if _, err := parseCredentialScope(c.URL); err != nil {
-			return nil, fmt.Errorf("syncer: RepoCredentials[%d].URL %q: %w (use https://HOST[:PORT][/PATH])", i, c.URL, err)
-		}
-		if c.Secret == nil && (c.UsernameFile == "" || c.PasswordFile == "") {
-			return nil, fmt.Errorf("syncer: RepoCredentials[%d] (%s) needs usernameFile and passwordFile, or a Secret", i, c.URL)
-		}
-		if c.Secret != nil && opts.Secrets == nil {
-			return nil, fmt.Errorf("syncer: RepoCredentials[%d] (%s) names a Secret but EngineOptions.Secrets is nil", i, c.URL)
-		}
-	}
-	installGitTransport()
-	// kustomize's remote loading is set up by each render worker
-	// (configureKustomizeRemote), not here: no render runs in this process.
-	return &Engine{opts: opts, repos: &repoCache{dir: opts.CacheDir, creds: opts.RepoCredentials, secrets: opts.Secrets,
-		local: local, limits: opts.Limits, kustomize: opts.Kustomize}}, nil
+	opts.Source.Limits = sources.Limits()
+	return &Engine{opts: opts, sources: sources}, nil
 }
 
-// checkLocalRepositories cleans the allowed local repository directories
-// and refuses a relative one, or one that is, contains or is inside the
-// cache directory (deputy's mirrors of every tenant's repositories).
-func checkLocalRepositories(dirs []string, cacheDir string) ([]string, error) {
-	cache, err := filepath.Abs(cacheDir)
-	if err != nil {
-		return nil, fmt.Errorf("syncer: failed to make the cache directory absolute: %w", err)
-	}
-	realCache := cache
-	if r, err := filepath.EvalSymlinks(cache); err == nil {
-		realCache = r
-	}
-	out := make([]string, 0, len(dirs))
-	for i, d := range dirs {
-		if !filepath.IsAbs(d) {
-			return nil, fmt.Errorf("syncer: LocalRepositories[%d] %q is not an absolute directory", i, d)
-		}
-		d = filepath.Clean(d)
-		real := d
-		if r, err := filepath.EvalSymlinks(d); err == nil {
-			real = r
-		}
-		if within(d, cache) || within(cache, d) || within(real, realCache) || within(realCache, real) {
-			return nil, fmt.Errorf("syncer: LocalRepositories[%d] %q overlaps the cache directory %s (%s): list directories that hold only Git repositories", i, d, cache, FieldLocalRepositories)
-		}
-		out = append(out, d)
-	}
-	return out, nil
+// ResolveRevision implements RevisionResolver: the commit SHA app's
+// spec.source.targetRevision points at now (source.Cache.ResolveRevision:
+// fetched as a sync fetches, within the same limits).
+func (e *Engine) ResolveRevision(ctx context.Context, app *v1alpha1.Application) (string, error) {
+	return e.sources.ResolveRevision(ctx, app.Spec.Source)
 }
 
 // Run implements Runner: it runs one sync operation to completion and
 // returns its final state (never nil, never Running; it never panics).
 //
-// The whole operation runs within Limits.OperationTimeout: an operation
-// that reaches it ends in Error with a message naming
-// sync.limits.operationTimeout.
+// The whole operation runs within EngineOptions.Source.Limits.
+// OperationTimeout: an operation that reaches it ends in Error with a
+// message naming sync.limits.operationTimeout.
 func (e *Engine) Run(ctx context.Context, req Request, progress Progress) (final *v1alpha1.OperationState) {
 	op := e.newOperation(req, progress)
-	opCtx, cancel := context.WithTimeout(ctx, e.opts.Limits.OperationTimeout)
+	opCtx, cancel := context.WithTimeout(ctx, e.opts.Source.Limits.OperationTimeout)
 	defer cancel()
 	defer func() {
 		if r := recover(); r != nil {
@@ -256,7 +160,7 @@ func (e *Engine) timedOut(parent, opCtx context.Context, op *operation) {
 	if op.done {
 		return
 	}
-	msg := fmt.Sprintf("the operation did not finish within %s (%s): it was stopped", e.opts.Limits.OperationTimeout, FieldOperationTimeout)
+	msg := fmt.Sprintf("the operation did not finish within %s (%s): it was stopped", e.opts.Source.Limits.OperationTimeout, source.FieldOperationTimeout)
 	if op.state.Message != "" {
 		msg += "; " + op.state.Message
 	}
@@ -274,7 +178,7 @@ func (e *Engine) timedOut(parent, opCtx context.Context, op *operation) {
 func (e *Engine) DeleteResources(ctx context.Context, app *v1alpha1.Application, project *v1alpha1.AppProject) (final *v1alpha1.OperationState) {
 	op := e.newOperation(Request{Application: app, Project: project}, nil)
 	op.state.Operation = v1alpha1.Operation{}
-	opCtx, cancel := context.WithTimeout(ctx, e.opts.Limits.OperationTimeout)
+	opCtx, cancel := context.WithTimeout(ctx, e.opts.Source.Limits.OperationTimeout)
 	defer cancel()
 	defer func() {
 		if r := recover(); r != nil {
@@ -314,7 +218,7 @@ func (e *Engine) deriveIdentity(c *policy.CompiledProject, app *v1alpha1.Applica
 	}
 	if username == "" {
 		if e.opts.Impersonation.Enforced {
-			return identity{}, policy.EnforcedServiceAccountError(dest.Server, cmpOr(dest.Namespace, app.Namespace))
+			return identity{}, policy.EnforcedServiceAccountError(dest.Server, cmp.Or(dest.Namespace, app.Namespace))
 		}
 		return identity{status: ControllerIdentity, reason: "no destinationServiceAccounts entry matches and impersonation is not enforced"}, nil
 	}

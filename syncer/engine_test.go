@@ -3,15 +3,20 @@ package syncer
 import (
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing/object"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
 	"deputy.dev/deputy/policy/v1alpha1"
+	"deputy.dev/deputy/syncer/source"
 )
 
 // denyAll is a fake kube-apiserver that answers 403 to everything (fakes
@@ -31,7 +36,8 @@ func (d *denyAll) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 type engineFixture struct {
-	repo    *testRepo
+	// repoDir is a local Git repository whose app/ holds one ConfigMap.
+	repoDir string
 	engine  *Engine
 	fake    *denyAll
 	project *v1alpha1.AppProject
@@ -39,19 +45,19 @@ type engineFixture struct {
 
 func newEngineFixture(t *testing.T, imp ImpersonationSettings) *engineFixture {
 	t.Helper()
-	f := &engineFixture{repo: newTestRepo(t), fake: &denyAll{}}
-	f.repo.write("app/cm.yaml", configMapYAML("settings"))
-	f.repo.commit("app")
+	f := &engineFixture{repoDir: newAppRepo(t), fake: &denyAll{}}
 	srv := httptest.NewServer(f.fake)
 	t.Cleanup(srv.Close)
 	e, err := NewEngine(EngineOptions{
-		Clusters:      StaticClusters{Config: &rest.Config{Host: srv.URL}},
+		Clusters:      NewClusterRegistry(InCluster(&rest.Config{Host: srv.URL})),
 		Impersonation: imp,
-		CacheDir:      t.TempDir(),
-		// The test repository's own directory: local repositories are off
-		// unless listed.
-		LocalRepositories: []string{f.repo.dir},
-		Now:               func() time.Time { return time.Unix(1700000000, 0) },
+		Source: source.Options{
+			CacheDir: t.TempDir(),
+			// The test repository's own directory: local repositories are
+			// off unless listed.
+			LocalRepositories: []string{f.repoDir},
+		},
+		Now: func() time.Time { return time.Unix(1700000000, 0) },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -64,10 +70,39 @@ func newEngineFixture(t *testing.T, imp ImpersonationSettings) *engineFixture {
 	return f
 }
 
+// newAppRepo commits app/cm.yaml (one ConfigMap) to a new Git repository in
+// t.TempDir() and returns its directory.
+func newAppRepo(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	repo, err := git.PlainInit(dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "app"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cm := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  k: v\n"
+	if err := os.WriteFile(filepath.Join(dir, "app", "cm.yaml"), []byte(cm), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wt, err := repo.Worktree()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wt.Add("app/cm.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wt.Commit("app", &git.CommitOptions{Author: &object.Signature{Name: "test", Email: "test@example.com", When: time.Unix(1700000000, 0)}}); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 func (f *engineFixture) app(mutate ...func(*v1alpha1.Application)) *v1alpha1.Application {
 	a := &v1alpha1.Application{ObjectMeta: metav1.ObjectMeta{Namespace: "argocd", Name: "guestbook"}, Spec: v1alpha1.ApplicationSpec{
 		Project:     "guestbook",
-		Source:      v1alpha1.ApplicationSource{RepoURL: f.repo.dir, Path: "app"},
+		Source:      v1alpha1.ApplicationSource{RepoURL: f.repoDir, Path: "app"},
 		Destination: v1alpha1.ApplicationDestination{Server: InClusterServer, Namespace: "guestbook"},
 	}}
 	for _, m := range mutate {
@@ -220,10 +255,10 @@ func TestNewEngineChecksItsOptions(t *testing.T) {
 		opts EngineOptions
 		want string
 	}{
-		{"no clusters", EngineOptions{CacheDir: t.TempDir()}, "Clusters is required"},
-		{"no cache", EngineOptions{Clusters: StaticClusters{}}, "CacheDir is required"},
-		{"a credential without files", EngineOptions{Clusters: StaticClusters{}, CacheDir: t.TempDir(), RepoCredentials: []RepoCredential{{URL: "https://x"}}}, "needs usernameFile and passwordFile"},
-		{"a Secret without a reader", EngineOptions{Clusters: StaticClusters{}, CacheDir: t.TempDir(), RepoCredentials: []RepoCredential{{URL: "https://x", Secret: &SecretRef{Name: "s"}}}}, "EngineOptions.Secrets is nil"},
+		{"no clusters", EngineOptions{Source: source.Options{CacheDir: t.TempDir()}}, "Clusters is required"},
+		{"no cache", EngineOptions{Clusters: NewClusterRegistry()}, "CacheDir is required"},
+		{"a credential without files", EngineOptions{Clusters: NewClusterRegistry(), Source: source.Options{CacheDir: t.TempDir(), RepoCredentials: []source.RepoCredential{{URL: "https://x"}}}}, "needs usernameFile and passwordFile"},
+		{"a Secret without a reader", EngineOptions{Clusters: NewClusterRegistry(), Source: source.Options{CacheDir: t.TempDir(), RepoCredentials: []source.RepoCredential{{URL: "https://x", Secret: &source.SecretRef{Name: "s"}}}}}, "Options.Secrets is nil"},
 	} {
 		if _, err := NewEngine(tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
@@ -244,5 +279,23 @@ func TestSummarize(t *testing.T) {
 	phase, msg = summarize([]*v1alpha1.ResourceResult{r("Synced")}, ControllerIdentityImpersonationDisabled, false, false)
 	if phase != v1alpha1.OperationSucceeded || msg != "successfully synced 1 resources, as the controller identity (impersonation disabled)" {
 		t.Errorf("%s: %s", phase, msg)
+	}
+}
+
+// An operation that reaches sync.limits.operationTimeout ends in Error
+// naming it, and frees its worker.
+func TestOperationTimeout(t *testing.T) {
+	hang := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
+	t.Cleanup(hang.Close)
+	f := newEngineFixture(t, ImpersonationSettings{Enabled: true, Enforced: true})
+	f.engine.opts.Source.Limits.OperationTimeout = 500 * time.Millisecond
+	app := f.app(func(a *v1alpha1.Application) { a.Spec.Source.RepoURL = hang.URL + "/team/app.git" })
+	start := time.Now()
+	st := f.engine.Run(t.Context(), Request{Application: app, Project: f.project}, nil)
+	if st.Phase != v1alpha1.OperationError || !strings.Contains(st.Message, source.FieldOperationTimeout) {
+		t.Errorf("phase %s, message %q; want Error naming %s", st.Phase, st.Message, source.FieldOperationTimeout)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the operation took %s", d)
 	}
 }

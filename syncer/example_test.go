@@ -9,6 +9,7 @@ import (
 
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer"
+	"deputy.dev/deputy/syncer/source"
 )
 
 // An Engine for the cluster deputy runs in, impersonating the ServiceAccount
@@ -19,9 +20,9 @@ func ExampleEngine_Run() {
 		log.Fatal(err)
 	}
 	engine, err := syncer.NewEngine(syncer.EngineOptions{
-		Clusters:      syncer.StaticClusters{Config: cfg},
+		Clusters:      syncer.NewClusterRegistry(syncer.InCluster(cfg)),
 		Impersonation: syncer.ImpersonationSettings{Enabled: true, Enforced: true},
-		CacheDir:      "/var/cache/deputy",
+		Source:        source.Options{CacheDir: "/var/cache/deputy"},
 	})
 	if err != nil {
 		log.Fatal(err)

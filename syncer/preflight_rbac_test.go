@@ -1,6 +1,7 @@
 package syncer
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -22,6 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	deputyauthz "deputy.dev/deputy/authorizer"
+	"deputy.dev/deputy/policy"
 	"deputy.dev/deputy/policy/v1alpha1"
 )
 
@@ -43,12 +45,18 @@ func (c *rbacCluster) allows(verb, name string) bool {
 	defer c.mu.Unlock()
 	a := &authorizer.AttributesRecord{User: &user.DefaultInfo{Name: "system:serviceaccount:guestbook:guestbook-deployer"},
 		Verb: verb, Namespace: "guestbook", Resource: "configmaps", Name: name, ResourceRequest: true}
-	for i := range c.role {
-		if deputyauthz.RuleAllows(a, &c.role[i]) {
-			return true
-		}
+	// deputy's RBAC evaluator over the Role, bound to the ServiceAccount.
+	rbac, err := policy.NewRBAC(policy.RBACObjects{
+		Roles: []*rbacv1.Role{{ObjectMeta: metav1.ObjectMeta{Namespace: "guestbook", Name: "granted"}, Rules: c.role}},
+		RoleBindings: []*rbacv1.RoleBinding{{ObjectMeta: metav1.ObjectMeta{Namespace: "guestbook", Name: "granted"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "granted"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "guestbook", Name: "guestbook-deployer"}}}},
+	}, false)
+	if err != nil {
+		return false
 	}
-	return false
+	d, _, _ := deputyauthz.NewRBAC(func() *policy.Snapshot { return &policy.Snapshot{RBAC: rbac} }).Authorize(context.Background(), a)
+	return d == authorizer.DecisionAllow
 }
 
 func (c *rbacCluster) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -129,7 +137,7 @@ func preflightSync(t *testing.T, h http.Handler, prune bool, rendered ...string)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	op, compiled := testOperation(t, guestbookProject())
-	op.e.opts.Clusters = StaticClusters{Config: &rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{ContentType: "application/json"}}}
+	op.e.opts.Clusters = NewClusterRegistry(InCluster(&rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{ContentType: "application/json"}}))
 	op.req.Sync.Prune = prune
 	id := identity{username: "system:serviceaccount:guestbook:guestbook-deployer", status: "system:serviceaccount:guestbook:guestbook-deployer"}
 	op.setIdentity(id.status)

@@ -8,9 +8,11 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"deputy.dev/deputy/policy"
 	"deputy.dev/deputy/policy/v1alpha1"
+	"deputy.dev/deputy/syncer/source"
 )
 
 // Prune deletes exactly the objects that carry this Application's tracking
@@ -20,6 +22,18 @@ import (
 // ReplicaSets inherit its annotations), and never the namespace that
 // CreateNamespace=true created (it carries no annotation). It looks where
 // the Application's objects can be: see pruneScopes.
+
+// pruneCandidate is an object prune would delete.
+type pruneCandidate struct {
+	scope     pruneScope
+	namespace string
+	name      string
+	uid       types.UID
+}
+
+func (c *pruneCandidate) key() objKey {
+	return objKey{group: c.scope.gvk.Group, kind: c.scope.gvk.Kind, namespace: c.namespace, name: c.name}
+}
 
 // selectPruneCandidates picks, from one listed scope, the objects to prune.
 func selectPruneCandidates(scope pruneScope, items []metav1.PartialObjectMetadata, tracking string, rendered map[objKey]bool) []*pruneCandidate {
@@ -197,7 +211,11 @@ func (op *operation) deleteAll(ctx context.Context) {
 		op.fail(err)
 		return
 	}
-	compiled, err := op.resolveDestination(ctx)
+	if err := op.resolveDestination(ctx); err != nil {
+		op.fail(err)
+		return
+	}
+	compiled, err := op.compileProject()
 	if err != nil {
 		op.fail(err)
 		return
@@ -208,7 +226,7 @@ func (op *operation) deleteAll(ctx context.Context) {
 		return
 	}
 	p := &plan{rendered: map[objKey]bool{}, createSlot: -1}
-	p.objects = op.renderedKinds(ctx, cl)
+	p.objects = op.renderedKinds(ctx, cl, compiled)
 	p.pruneScopes = op.pruneScopes(ctx, cl.mapper, compiled, p)
 	p.objects = nil // nothing is applied, and every tracked object goes
 	pf, err := op.preflight(ctx, cl, id, p)
@@ -224,18 +242,18 @@ func (op *operation) deleteAll(ctx context.Context) {
 // the source holds now, not only those the last operation recorded (which
 // is empty when that operation ended in Error). The objects returned carry
 // only what pruneScopes reads.
-func (op *operation) renderedKinds(ctx context.Context, cl *clients) []*planObject {
+func (op *operation) renderedKinds(ctx context.Context, cl *clients, compiled *policy.CompiledProject) []*planObject {
 	src := op.app.Spec.Source
-	if helmError(src) != nil || checkSource(op.project, src) != nil {
+	if source.CheckSupported(src) != nil || checkSource(compiled, src) != nil {
 		return nil
 	}
-	r, err := op.e.repos.render(ctx, src, "")
+	r, err := op.e.sources.Render(ctx, src, "")
 	if err != nil {
 		op.log.Info("deleting: the source does not render; looking only where the last operation recorded objects", "error", err.Error())
 		return nil
 	}
 	var out []*planObject
-	for _, u := range r.objects {
+	for _, u := range r.Objects {
 		gvk := u.GroupVersionKind()
 		m, err := cl.mapper.RESTMappingWithContext(ctx, gvk.GroupKind(), gvk.Version)
 		if err != nil {

@@ -77,42 +77,9 @@ func TestSyncWithoutPruneReportsWhatPruneWouldDelete(t *testing.T) {
 			if tc.wantStatus == "" {
 				return // a dry run (ownershipSync sets it after the state was made: TestSyncStatusAfter covers it)
 			}
-			sync, ok := SyncStatusAfter(st)
+			sync, ok := v1alpha1.SyncStatusAfter(st)
 			if !ok || sync.Status != tc.wantStatus {
 				t.Errorf("sync status after it %+v (%v), want %s", sync, ok, tc.wantStatus)
-			}
-		})
-	}
-}
-
-// The sync status an operation's final state implies.
-func TestSyncStatusAfter(t *testing.T) {
-	state := func(phase string, dryRun bool, results ...string) *v1alpha1.OperationState {
-		st := &v1alpha1.OperationState{Phase: phase, Operation: v1alpha1.Operation{Sync: &v1alpha1.SyncOperation{DryRun: dryRun}},
-			SyncResult: &v1alpha1.SyncOperationResult{Revision: "abc"}}
-		for _, r := range results {
-			st.SyncResult.Resources = append(st.SyncResult.Resources, &v1alpha1.ResourceResult{Kind: "ConfigMap", Name: r, Status: r})
-		}
-		return st
-	}
-	for _, tc := range []struct {
-		name   string
-		state  *v1alpha1.OperationState
-		want   string
-		wantOK bool
-	}{
-		{"a successful sync is Synced", state(v1alpha1.OperationSucceeded, false, "Synced", "Pruned"), v1alpha1.SyncStatusCodeSynced, true},
-		{"a successful sync that left objects prune would delete is OutOfSync",
-			state(v1alpha1.OperationSucceeded, false, "Synced", "PruneSkipped"), v1alpha1.SyncStatusCodeOutOfSync, true},
-		{"a dry run tells nothing", state(v1alpha1.OperationSucceeded, true, "Synced"), "", false},
-		{"a failed sync tells nothing", state(v1alpha1.OperationFailed, false, "SyncFailed"), "", false},
-		{"a running sync tells nothing", state(v1alpha1.OperationRunning, false), "", false},
-		{"no state tells nothing", nil, "", false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, ok := SyncStatusAfter(tc.state)
-			if ok != tc.wantOK || got.Status != tc.want || (ok && got.Revision != "abc") {
-				t.Errorf("SyncStatusAfter = %+v, %v; want %q, %v", got, ok, tc.want, tc.wantOK)
 			}
 		})
 	}

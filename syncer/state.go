@@ -13,6 +13,7 @@ import (
 
 	"deputy.dev/deputy/policy"
 	"deputy.dev/deputy/policy/v1alpha1"
+	"deputy.dev/deputy/syncer/source"
 )
 
 // operation is one run of the Engine: its request, its state and results.
@@ -68,16 +69,20 @@ func (op *operation) sync(ctx context.Context) {
 	src := op.app.Spec.Source
 
 	// Project checks that need no cluster come before fetching anything.
-	if err := helmError(src); err != nil {
+	if err := source.CheckSupported(src); err != nil {
 		op.fail(err)
 		return
 	}
-	if err := checkSource(op.project, src); err != nil {
-		op.fail(err)
-		return
-	}
-	compiled, err := op.resolveDestination(ctx)
+	compiled, err := op.compileProject()
 	if err != nil {
+		op.fail(err)
+		return
+	}
+	if err := checkSource(compiled, src); err != nil {
+		op.fail(err)
+		return
+	}
+	if err := op.resolveDestination(ctx); err != nil {
 		op.fail(err)
 		return
 	}
@@ -86,9 +91,9 @@ func (op *operation) sync(ctx context.Context) {
 		return
 	}
 
-	r, err := op.e.repos.render(ctx, src, op.req.Sync.Revision)
+	r, err := op.e.sources.Render(ctx, src, op.req.Sync.Revision)
 	if r != nil {
-		op.setRevision(r.revision)
+		op.setRevision(r.Revision)
 	}
 	if err != nil {
 		op.fail(fmt.Errorf("failed to render the manifests: %w", err))
@@ -101,7 +106,7 @@ func (op *operation) sync(ctx context.Context) {
 		return
 	}
 
-	p, err := op.plan(ctx, cl, compiled, r.objects)
+	p, err := op.plan(ctx, cl, compiled, r.Objects)
 	if err != nil {
 		op.fail(err)
 		return
@@ -128,25 +133,30 @@ func (op *operation) validate() error {
 }
 
 // resolveDestination resolves a destination given by cluster name to its
-// server URL (Argo CD's rule: name or server, not both) and compiles the
-// project.
-func (op *operation) resolveDestination(ctx context.Context) (*policy.CompiledProject, error) {
+// server URL (Argo CD's rule: name or server, not both).
+func (op *operation) resolveDestination(ctx context.Context) error {
 	d := op.app.Spec.Destination
 	op.destNamespace = d.Namespace
 	switch {
 	case d.Server != "" && d.Name != "":
-		return nil, errors.New("application destination can't have both name and server defined: remove one of spec.destination.name and spec.destination.server")
+		return errors.New("application destination can't have both name and server defined: remove one of spec.destination.name and spec.destination.server")
 	case d.Server == "" && d.Name == "":
-		return nil, errors.New("application destination has neither server nor name: set spec.destination.server or spec.destination.name")
+		return errors.New("application destination has neither server nor name: set spec.destination.server or spec.destination.name")
 	case d.Name != "":
 		server, err := op.e.opts.Clusters.ServerForName(ctx, d.Name)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		op.server, op.clusterName = server, d.Name
 	default:
 		op.server = d.Server
 	}
+	return nil
+}
+
+// compileProject compiles the operation's AppProject once, for every check
+// of the operation.
+func (op *operation) compileProject() (*policy.CompiledProject, error) {
 	c, err := policy.CompileAppProject(op.project)
 	if err != nil {
 		return nil, fmt.Errorf("%w: fix the AppProject", err)

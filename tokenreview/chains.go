@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apiserver/pkg/apis/apiserver"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/token/cache"
 	tokenunion "k8s.io/apiserver/pkg/authentication/token/union"
@@ -20,7 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"deputy.dev/deputy/config"
+	"deputy.dev/deputy/internal/secretfile"
 	"deputy.dev/deputy/policy"
 	"deputy.dev/deputy/policy/v1alpha1"
 )
@@ -34,12 +35,26 @@ const (
 	AuthenticatorDelegatedRemote = "delegated-remote" // the TokenReviews actually sent
 )
 
-// Options are the parts of the token chains that come from the rest of deputy
-// rather than from its configuration. Every field is optional.
+// Options configure NewChains: what the configuration's authentication
+// section says (APIAudiences, ProjectTokens, JWT, Delegated; mapped by the
+// composition root) and what comes from the rest of deputy. Every field is
+// optional.
 type Options struct {
+	// APIAudiences are the audiences static tokens, project tokens and the
+	// JWT authenticators are valid for (authentication.apiAudiences).
+	APIAudiences []string
+	// ProjectTokens configures deputy's project tokens; without a key file
+	// they are not accepted.
+	ProjectTokens ProjectTokenFiles
+	// JWT are the OIDC / JWT authenticators, in order
+	// (authentication.jwt).
+	JWT []JWTAuthenticator
+	// Delegated configures the API chain's delegated TokenReview
+	// (authentication.delegated).
+	Delegated Delegation
 	// ClusterConfig is the client configuration of cluster mode
-	// (webhook.ClusterRESTConfig); nil is file mode, where there is no
-	// delegated TokenReview.
+	// (cluster.kubeconfig or cluster.inCluster, loaded by package serve);
+	// nil is file mode, where there is no delegated TokenReview.
 	ClusterConfig *rest.Config
 	// StaticTokens returns the current static token file set (the policy
 	// snapshot's); nil: no token file.
@@ -54,6 +69,49 @@ type Options struct {
 	// reloaded or could not be (err set; the last list stays in force), so
 	// the caller can log it: the package itself never logs.
 	OnRevocationReload func(file string, revoked int, err error)
+}
+
+// ProjectTokenFiles are the files of deputy's project tokens
+// (authentication.projectTokens).
+type ProjectTokenFiles struct {
+	// Issuer is the tokens' iss claim; the JWT authenticators may not use it.
+	Issuer string
+	// SigningKeyFile is the PEM EC P-256 private key whose public half
+	// verifies tokens; "" for none.
+	SigningKeyFile string
+	// VerificationKeyFiles are further PEM keys whose tokens are accepted
+	// (the previous signing keys during a rotation).
+	VerificationKeyFiles []string
+	// RevocationFile lists revoked token IDs, re-read within a second of a
+	// change; "" for none.
+	RevocationFile string
+}
+
+// Enabled reports whether project tokens are accepted: a signing or a
+// verification key is configured.
+func (p *ProjectTokenFiles) Enabled() bool {
+	return p.SigningKeyFile != "" || len(p.VerificationKeyFiles) > 0
+}
+
+// JWTAuthenticator is one OIDC / JWT authenticator.
+type JWTAuthenticator struct {
+	// Config is the jwt entry of kube-apiserver's --authentication-config in
+	// k8s.io/apiserver's internal type, the one its OIDC authenticator takes.
+	Config apiserver.JWTAuthenticator
+	// CertificateAuthorityFile, when set, is a PEM file read at start into
+	// Config.Issuer.CertificateAuthority (deputy's certificateAuthorityFile).
+	CertificateAuthorityFile string
+}
+
+// Delegation configures the delegated TokenReview of the API chain.
+type Delegation struct {
+	// Enabled turns it on; it needs ClusterConfig.
+	Enabled bool
+	// CacheTTL and FailureCacheTTL are how long a successful and a failed
+	// (unauthenticated, not an error) review is reused; 0 does not cache.
+	CacheTTL, FailureCacheTTL time.Duration
+	// Timeout bounds one review, retries included; 0 is no bound.
+	Timeout time.Duration
 }
 
 // Chains are deputy's two token authenticator chains.
@@ -72,14 +130,17 @@ type Chains struct {
 	// Revocations is the project token revocation list; nil without one.
 	Revocations *RevocationList
 
+	// healthChecks are the JWT authenticators' (see healthCheck).
 	healthChecks []func() error
 }
 
-// HealthCheck reports the JWT authenticators that cannot verify tokens yet
+// healthCheck reports the JWT authenticators that cannot verify tokens yet
 // (their issuer's discovery document or keys have not been fetched). It is
-// not a readiness check: an unreachable identity provider must not take
-// deputy's authorization webhook out of service.
-func (c *Chains) HealthCheck() error {
+// deliberately neither a readiness check nor exported: an unreachable
+// identity provider must not take deputy's authorization webhook out of
+// service, and deputy serves while the keys are fetched in the background.
+// The tests wait on it.
+func (c *Chains) healthCheck() error {
 	var errs []error
 	for _, check := range c.healthChecks {
 		if err := check(); err != nil {
@@ -89,22 +150,29 @@ func (c *Chains) HealthCheck() error {
 	return utilerrors.NewAggregate(errs)
 }
 
-// NewFromConfig builds deputy's token authenticator chains from the
-// (defaulted, validated) authentication section, the way kube-apiserver
-// composes its own (k8s.io/kubernetes pkg/kubeapiserver/authenticator):
+// namedJWT is one built JWT authenticator and the names it is measured and
+// matched by.
+type namedJWT struct {
+	name, issuer string
+	auth         authenticator.Token
+}
+
+// NewChains builds deputy's token authenticator chains, the way
+// kube-apiserver composes its own (k8s.io/kubernetes
+// pkg/kubeapiserver/authenticator):
 //
 //   - token file: NewTokenFileAuthenticator over opts.StaticTokens, valid for
 //     the API audiences only;
 //   - project tokens (when a key is configured): NewProjectTokenAuthenticator,
 //     with the first and final word on tokens that carry its issuer;
-//   - JWT (OIDC): one k8s.io/apiserver oidc authenticator per cfg.JWT entry,
+//   - JWT (OIDC): one k8s.io/apiserver oidc authenticator per opts.JWT entry,
 //     with all signing algorithms allowed and the project token issuer
 //     disallowed, in a fail-on-error union treated as valid for the API
 //     audiences — exactly as kube-apiserver with --authentication-config;
-//   - API chain only, when delegation is enabled (cfg.Delegated, default on
-//     in cluster mode): a k8s.io/apiserver token webhook authenticator over
-//     the cluster's TokenReview API, behind k8s.io/apiserver's token cache
-//     (cfg.Delegated.CacheTTL / FailureCacheTTL; errors are not cached).
+//   - API chain only, when opts.Delegated.Enabled: a k8s.io/apiserver token
+//     webhook authenticator over the cluster's TokenReview API, behind
+//     k8s.io/apiserver's token cache (Delegated.CacheTTL / FailureCacheTTL;
+//     errors are not cached).
 //
 // Only the delegated review is cached. JWT verification is local (an ECDSA or
 // RSA signature check and the claim mappings); the OIDC authenticator fetches
@@ -116,122 +184,34 @@ func (c *Chains) HealthCheck() error {
 // Every authenticator but the project one is guarded: a user it returns with
 // the project identity (user name or a group with the prefix deputy:project:,
 // extra deputy.dev/project*) is refused with an error, so no identity mapping
-// can impersonate a project token or join the group RBAC binds for one. Each authenticator is measured (metrics with
-// opts.Registerer). ctx bounds background work: the OIDC key refresh and the
-// revocation list reload.
+// can impersonate a project token or join the group RBAC binds for one. Each
+// authenticator is measured (metrics with opts.Registerer). ctx bounds
+// background work: the OIDC key refresh and the revocation list reload.
 //
 // Errors: a key, CA or revocation file cannot be read, a JWT authenticator
 // cannot be built, delegation is enabled without a cluster, or the metrics are
 // already registered; each names the configuration field to fix.
-func NewFromConfig(ctx context.Context, cfg config.Authentication, opts Options) (*Chains, error) {
+func NewChains(ctx context.Context, opts Options) (*Chains, error) {
 	m, err := newMetrics(opts.Registerer)
 	if err != nil {
 		return nil, err
 	}
-	apiAuds := slices.Clone(cfg.APIAudiences)
+	apiAuds := slices.Clone(opts.APIAudiences)
 	chains := &Chains{}
-
-	// Project tokens.
-	if cfg.ProjectTokens.Enabled() {
-		keys, err := loadProjectKeys(cfg.ProjectTokens)
-		if err != nil {
-			return nil, err
-		}
-		var revoked func(string) bool
-		if f := cfg.ProjectTokens.RevocationFile; f != "" {
-			if chains.Revocations, err = LoadRevocationList(f); err != nil {
-				return nil, err
-			}
-			var onReload func(int, error)
-			if opts.OnRevocationReload != nil {
-				onReload = func(n int, err error) { opts.OnRevocationReload(f, n, err) }
-			}
-			go chains.Revocations.Run(ctx, onReload)
-			revoked = chains.Revocations.Revoked
-		}
-		chains.Project, err = NewProjectTokenAuthenticator(ProjectTokenOptions{
-			Issuer: cfg.ProjectTokens.Issuer, Keys: keys, Revoked: revoked, Roles: opts.ProjectRoles,
-			APIAudiences: apiAuds, Rejected: m.reject,
-		})
-		if err != nil {
+	if opts.ProjectTokens.Enabled() {
+		if err := chains.addProjectTokens(ctx, opts, apiAuds, m); err != nil {
 			return nil, err
 		}
 	}
-
-	// JWT (OIDC) authenticators.
-	type named struct {
-		name, issuer string
-		auth         authenticator.Token
+	jwts, err := chains.newJWTAuthenticators(ctx, opts)
+	if err != nil {
+		return nil, err
 	}
-	var jwts []named
-	for i := range cfg.JWT {
-		j := &cfg.JWT[i]
-		fld := fmt.Sprintf("authentication.jwt[%d]", i)
-		in, err := j.Internal()
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", fld, err)
-		}
-		if j.CertificateAuthorityFile != "" {
-			data, err := os.ReadFile(j.CertificateAuthorityFile)
-			if err != nil {
-				return nil, fmt.Errorf("failed to read %s.certificateAuthorityFile of issuer %s: %w", fld, j.Issuer.URL, err)
-			}
-			in.Issuer.CertificateAuthority = string(data)
-		}
-		var ca oidc.CAContentProvider
-		if in.Issuer.CertificateAuthority != "" {
-			if ca, err = dynamiccertificates.NewStaticCAContent("oidc-authenticator", []byte(in.Issuer.CertificateAuthority)); err != nil {
-				return nil, fmt.Errorf("%s: the issuer's CA (issuer.certificateAuthority or certificateAuthorityFile) is not a PEM certificate bundle: %w", fld, err)
-			}
-		}
-		var disallowed []string
-		if cfg.ProjectTokens.Issuer != "" {
-			disallowed = []string{cfg.ProjectTokens.Issuer}
-		}
-		a, err := oidc.New(ctx, oidc.Options{
-			JWTAuthenticator:  in,
-			CAContentProvider: ca,
-			// As kube-apiserver with --authentication-config: any algorithm
-			// that matches one of the issuer's keys.
-			SupportedSigningAlgs: oidc.AllValidSigningAlgorithms(),
-			DisallowedIssuers:    disallowed,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("%s (issuer %s): %w", fld, j.Issuer.URL, err)
-		}
-		jwts = append(jwts, named{name: "oidc:" + j.Issuer.URL, issuer: j.Issuer.URL, auth: a})
-		chains.healthChecks = append(chains.healthChecks, a.HealthCheck)
-	}
-
-	// Delegated TokenReview (API chain only).
 	var delegated authenticator.Token
-	enabled := opts.ClusterConfig != nil
-	if cfg.Delegated.Enabled != nil {
-		enabled = *cfg.Delegated.Enabled
-	}
-	if enabled {
-		if opts.ClusterConfig == nil {
-			return nil, errors.New("authentication.delegated.enabled needs cluster mode: set cluster.kubeconfig (--kubeconfig) or cluster.inCluster (--in-cluster), or remove it")
+	if opts.Delegated.Enabled {
+		if delegated, err = newDelegated(opts, apiAuds, m); err != nil {
+			return nil, err
 		}
-		restCfg := rest.CopyConfig(opts.ClusterConfig)
-		if restCfg.UserAgent == "" {
-			restCfg.UserAgent = "deputy (" + rest.DefaultKubernetesUserAgent() + ")"
-		}
-		cs, err := kubernetes.NewForConfig(restCfg)
-		if err != nil {
-			return nil, fmt.Errorf("failed to build the client of the delegated TokenReview (cluster.kubeconfig / cluster.inCluster): %w", err)
-		}
-		noop := tokenwebhook.AuthenticatorMetrics{
-			RecordRequestTotal:   func(context.Context, string) {},
-			RecordRequestLatency: func(context.Context, string, float64) {},
-		}
-		remote, err := tokenwebhook.NewFromInterface(cs.AuthenticationV1(), apiAuds, *tokenwebhook.DefaultRetryBackoff(), cfg.Delegated.Timeout.Duration, noop)
-		if err != nil {
-			return nil, fmt.Errorf("failed to build the delegated TokenReview authenticator: %w", err)
-		}
-		cached := cache.New(m.instrument(chainAPI, AuthenticatorDelegatedRemote, remote), false,
-			cfg.Delegated.CacheTTL.Duration, cfg.Delegated.FailureCacheTTL.Duration)
-		delegated = m.instrument(chainAPI, AuthenticatorDelegated, reserveProjectIdentity(AuthenticatorDelegated, cached))
 	}
 
 	build := func(chain string, extra authenticator.Token) authenticator.Token {
@@ -265,9 +245,106 @@ func NewFromConfig(ctx context.Context, cfg config.Authentication, opts Options)
 	return chains, nil
 }
 
+// addProjectTokens sets c.Project (and c.Revocations, whose reload runs
+// until ctx ends) from opts.ProjectTokens.
+func (c *Chains) addProjectTokens(ctx context.Context, opts Options, apiAuds []string, m *metrics) error {
+	p := &opts.ProjectTokens
+	keys, err := loadProjectKeys(p)
+	if err != nil {
+		return err
+	}
+	var revoked func(string) bool
+	if f := p.RevocationFile; f != "" {
+		if c.Revocations, err = LoadRevocationList(f); err != nil {
+			return err
+		}
+		var onReload func(int, error)
+		if opts.OnRevocationReload != nil {
+			onReload = func(n int, err error) { opts.OnRevocationReload(f, n, err) }
+		}
+		go c.Revocations.Run(ctx, onReload)
+		revoked = c.Revocations.Revoked
+	}
+	c.Project, err = NewProjectTokenAuthenticator(ProjectTokenOptions{
+		Issuer: p.Issuer, Keys: keys, Revoked: revoked, Roles: opts.ProjectRoles,
+		APIAudiences: apiAuds, Rejected: m.reject,
+	})
+	return err
+}
+
+// newJWTAuthenticators builds one k8s.io/apiserver OIDC authenticator per
+// opts.JWT entry and records its health check in c.
+func (c *Chains) newJWTAuthenticators(ctx context.Context, opts Options) ([]namedJWT, error) {
+	var jwts []namedJWT
+	for i := range opts.JWT {
+		j := &opts.JWT[i]
+		fld := fmt.Sprintf("authentication.jwt[%d]", i)
+		in := *j.Config.DeepCopy()
+		if j.CertificateAuthorityFile != "" {
+			data, err := secretfile.Read(j.CertificateAuthorityFile, secretfile.MaxBytes)
+			if err != nil {
+				return nil, fmt.Errorf("failed to read %s.certificateAuthorityFile of issuer %s: %w", fld, in.Issuer.URL, err)
+			}
+			in.Issuer.CertificateAuthority = string(data)
+		}
+		var ca oidc.CAContentProvider
+		if in.Issuer.CertificateAuthority != "" {
+			var err error
+			if ca, err = dynamiccertificates.NewStaticCAContent("oidc-authenticator", []byte(in.Issuer.CertificateAuthority)); err != nil {
+				return nil, fmt.Errorf("%s: the issuer's CA (issuer.certificateAuthority or certificateAuthorityFile) is not a PEM certificate bundle: %w", fld, err)
+			}
+		}
+		var disallowed []string
+		if opts.ProjectTokens.Issuer != "" {
+			disallowed = []string{opts.ProjectTokens.Issuer}
+		}
+		a, err := oidc.New(ctx, oidc.Options{
+			JWTAuthenticator:  in,
+			CAContentProvider: ca,
+			// As kube-apiserver with --authentication-config: any algorithm
+			// that matches one of the issuer's keys.
+			SupportedSigningAlgs: oidc.AllValidSigningAlgorithms(),
+			DisallowedIssuers:    disallowed,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%s (issuer %s): %w", fld, in.Issuer.URL, err)
+		}
+		jwts = append(jwts, namedJWT{name: "oidc:" + in.Issuer.URL, issuer: in.Issuer.URL, auth: a})
+		c.healthChecks = append(c.healthChecks, a.HealthCheck)
+	}
+	return jwts, nil
+}
+
+// newDelegated builds the API chain's delegated TokenReview: the cluster's
+// TokenReview API behind k8s.io/apiserver's token cache.
+func newDelegated(opts Options, apiAuds []string, m *metrics) (authenticator.Token, error) {
+	if opts.ClusterConfig == nil {
+		return nil, errors.New("authentication.delegated.enabled needs cluster mode: set cluster.kubeconfig (--kubeconfig) or cluster.inCluster (--in-cluster), or remove it")
+	}
+	restCfg := rest.CopyConfig(opts.ClusterConfig)
+	if restCfg.UserAgent == "" {
+		restCfg.UserAgent = "deputy (" + rest.DefaultKubernetesUserAgent() + ")"
+	}
+	cs, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return nil, fmt.Errorf("failed to build the client of the delegated TokenReview (cluster.kubeconfig / cluster.inCluster): %w", err)
+	}
+	noop := tokenwebhook.AuthenticatorMetrics{
+		RecordRequestTotal:   func(context.Context, string) {},
+		RecordRequestLatency: func(context.Context, string, float64) {},
+	}
+	d := opts.Delegated
+	remote, err := tokenwebhook.NewFromInterface(cs.AuthenticationV1(), apiAuds, *tokenwebhook.DefaultRetryBackoff(), d.Timeout, noop)
+	if err != nil {
+		return nil, fmt.Errorf("failed to build the delegated TokenReview authenticator: %w", err)
+	}
+	cached := cache.New(m.instrument(chainAPI, AuthenticatorDelegatedRemote, remote), false, d.CacheTTL, d.FailureCacheTTL)
+	return m.instrument(chainAPI, AuthenticatorDelegated, reserveProjectIdentity(AuthenticatorDelegated, cached)), nil
+}
+
 // loadProjectKeys reads the signing key's public half and the verification
 // keys; a key listed twice is kept once.
-func loadProjectKeys(p config.ProjectTokens) ([]*VerificationKey, error) {
+func loadProjectKeys(p *ProjectTokenFiles) ([]*VerificationKey, error) {
 	var keys []*VerificationKey
 	seen := map[string]bool{}
 	if p.SigningKeyFile != "" {

@@ -1,6 +1,7 @@
 package tokenreview_test
 
 import (
+	"cmp"
 	"context"
 	"crypto/ecdsa"
 	"fmt"
@@ -12,11 +13,10 @@ import (
 	"github.com/go-jose/go-jose/v4/jwt"
 	"github.com/prometheus/client_golang/prometheus"
 	authenticationv1 "k8s.io/api/authentication/v1"
-	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
+	"k8s.io/apiserver/pkg/apis/apiserver"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/utils/ptr"
 
-	"deputy.dev/deputy/config"
 	"deputy.dev/deputy/policy"
 	"deputy.dev/deputy/tokenreview"
 )
@@ -33,39 +33,39 @@ type chainsConfig struct {
 	failureTTL     time.Duration
 }
 
+// Defaults of deputy's configuration (config.SetAuthenticationDefaults) that
+// the chains of the tests use.
+const (
+	defaultProjectTokenIssuer = "deputy.dev/project-tokens"
+	defaultDelegatedTTL       = 10 * time.Second
+)
+
 // mustChains builds the chains of cc; fc, if not nil, is the cluster of the
-// delegated review. The configuration is defaulted and validated as deputy
-// serve does.
+// delegated review (enabled then, as in cluster mode by default). The
+// options are those deputy serve maps from a defaulted configuration.
 func mustChains(t testing.TB, cc chainsConfig, fc *fakeCluster) *tokenreview.Chains {
 	t.Helper()
-	cfg := config.Default()
-	a := &cfg.Authentication
-	a.APIAudiences = apiAudiences
-	a.ProjectTokens.SigningKeyFile = cc.keyFile
-	a.ProjectTokens.VerificationKeyFiles = cc.verifyFiles
-	a.ProjectTokens.RevocationFile = cc.revocationFile
-	a.Delegated.FailureCacheTTL.Duration = cc.failureTTL
+	opts := tokenreview.Options{
+		APIAudiences: apiAudiences,
+		ProjectTokens: tokenreview.ProjectTokenFiles{Issuer: defaultProjectTokenIssuer, SigningKeyFile: cc.keyFile,
+			VerificationKeyFiles: cc.verifyFiles, RevocationFile: cc.revocationFile},
+		Delegated: tokenreview.Delegation{Enabled: fc != nil, CacheTTL: defaultDelegatedTTL,
+			FailureCacheTTL: cmp.Or(cc.failureTTL, defaultDelegatedTTL), Timeout: defaultDelegatedTTL},
+		ProjectRoles: testRoles,
+	}
 	if cc.issuer != nil {
 		aud := cc.oidcAudience
 		if aud == "" {
 			aud = "deputy-cli"
 		}
-		a.JWT = []config.JWTAuthenticator{{JWTAuthenticator: apiserverv1.JWTAuthenticator{
-			Issuer: apiserverv1.Issuer{URL: cc.issuer.URL(), Audiences: []string{aud}, CertificateAuthority: cc.issuer.CAPEM()},
-			ClaimMappings: apiserverv1.ClaimMappings{
-				Username: apiserverv1.PrefixedClaimOrExpression{Claim: "sub", Prefix: ptr.To("oidc:")},
-				Groups:   apiserverv1.PrefixedClaimOrExpression{Claim: "groups", Prefix: ptr.To("oidc:")},
+		opts.JWT = []tokenreview.JWTAuthenticator{{Config: apiserver.JWTAuthenticator{
+			Issuer: apiserver.Issuer{URL: cc.issuer.URL(), Audiences: []string{aud}, CertificateAuthority: cc.issuer.CAPEM()},
+			ClaimMappings: apiserver.ClaimMappings{
+				Username: apiserver.PrefixedClaimOrExpression{Claim: "sub", Prefix: ptr.To("oidc:")},
+				Groups:   apiserver.PrefixedClaimOrExpression{Claim: "groups", Prefix: ptr.To("oidc:")},
 			},
 		}}}
 	}
-	if fc != nil {
-		cfg.Cluster.Kubeconfig = "/unused/kubeconfig" // cluster mode, for validation
-	}
-	config.SetDefaults(cfg)
-	if errs := config.Validate(cfg); len(errs) > 0 {
-		t.Fatalf("invalid test configuration: %v", errs.ToAggregate())
-	}
-	opts := tokenreview.Options{ProjectRoles: testRoles}
 	if cc.registry != nil {
 		opts.Registerer = cc.registry
 	}
@@ -78,9 +78,9 @@ func mustChains(t testing.TB, cc chainsConfig, fc *fakeCluster) *tokenreview.Cha
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	chains, err := tokenreview.NewFromConfig(ctx, cfg.Authentication, opts)
+	chains, err := tokenreview.NewChains(ctx, opts)
 	if err != nil {
-		t.Fatalf("NewFromConfig() error = %v", err)
+		t.Fatalf("NewChains() error = %v", err)
 	}
 	if cc.issuer != nil {
 		waitHealthy(t, chains)

@@ -10,7 +10,8 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"os"
+
+	"deputy.dev/deputy/internal/secretfile"
 )
 
 // SigningKey is the EC P-256 private key that signs project tokens (ES256).
@@ -90,7 +91,7 @@ func newSigningKey(priv *ecdsa.PrivateKey) (*SigningKey, error) {
 // Errors: the file cannot be read, holds no such key, or the key is not
 // P-256; each names the file.
 func LoadSigningKey(path string) (*SigningKey, error) {
-	data, err := os.ReadFile(path)
+	data, err := secretfile.Read(path, secretfile.MaxBytes)
 	if err != nil {
 		return nil, fmt.Errorf("failed to read the project token signing key: %w", err)
 	}
@@ -131,7 +132,7 @@ func ParseSigningKey(data []byte) (*SigningKey, error) {
 //
 // Errors: the file cannot be read or holds no P-256 key; each names the file.
 func LoadVerificationKey(path string) (*VerificationKey, error) {
-	data, err := os.ReadFile(path)
+	data, err := secretfile.Read(path, secretfile.MaxBytes)
 	if err != nil {
 		return nil, fmt.Errorf("failed to read the project token verification key: %w", err)
 	}

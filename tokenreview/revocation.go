@@ -102,9 +102,6 @@ func (r *RevocationList) Reload() (bool, error) {
 	return true, nil
 }
 
-// Path is the file the list is read from.
-func (r *RevocationList) Path() string { return r.path }
-
 // Run re-reads the file every second until ctx ends (a read of a small file;
 // comparing bytes catches edits within the same mtime and the atomic renames
 // of ConfigMap volumes). onReload, if not nil, is called after each reload

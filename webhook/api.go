@@ -25,19 +25,19 @@ import (
 	"k8s.io/apiserver/pkg/endpoints/request"
 	kjson "sigs.k8s.io/json"
 
+	"deputy.dev/deputy/apps"
 	"deputy.dev/deputy/policy"
 	"deputy.dev/deputy/policy/v1alpha1"
-	"deputy.dev/deputy/syncer"
 	"deputy.dev/deputy/tokenreview"
 )
 
 // APIPrefix is the path prefix of deputy's own API (group deputy.dev, version
 // v1alpha1), laid out as kube-apiserver lays out a group's resources.
-const APIPrefix = "/apis/" + v1alpha1.Group + "/" + v1alpha1.Version
+const APIPrefix = v1alpha1.APIPath
 
 // APIStreamContentType is the content type of a watch: newline-delimited JSON,
-// one syncer.Event per line.
-const APIStreamContentType = "application/x-ndjson"
+// one v1alpha1.OperationEvent per line (what package apiclient decodes).
+const APIStreamContentType = v1alpha1.OperationStreamContentType
 
 // maxSyncRequestBytes bounds the body of a sync request: it holds three short
 // fields (revision, prune, dryRun), so 64 KiB is generous and anything larger
@@ -58,57 +58,6 @@ const apiStreamWriteTimeout = 30 * time.Second
 // name it (applications.deputy.dev).
 var applicationsResource = schema.GroupResource{Group: v1alpha1.Group, Resource: "applications"}
 
-// ApplicationStore finds Applications and their AppProjects for deputy's API.
-// File mode reads the policy snapshot (SnapshotApplications); cluster mode
-// will read informers.
-type ApplicationStore interface {
-	// Application returns the Application namespace/name, or nil when there
-	// is none.
-	//
-	// Errors: policy.ErrNotLoaded while nothing has been loaded yet.
-	Application(namespace, name string) (*v1alpha1.Application, error)
-	// AppProject returns the deputy.dev AppProject that governs app
-	// (policy.ResolveAppProject over the project namespaces).
-	//
-	// Errors: one matching policy.ErrProjectNotUsable when app may use no
-	// project (none of that name where projects live, or the project does
-	// not admit app's namespace), naming the fix; policy.ErrNotLoaded while
-	// nothing has been loaded yet.
-	AppProject(app *v1alpha1.Application) (*v1alpha1.AppProject, error)
-}
-
-// SnapshotApplications is the ApplicationStore of file mode: the Applications
-// and AppProjects of the current policy snapshot; an Application's project
-// is looked up in projectNamespaces (sync.projectNamespaces).
-func SnapshotApplications(current func() *policy.Snapshot, projectNamespaces []string) ApplicationStore {
-	return snapshotApplications{current: current, projectNamespaces: projectNamespaces}
-}
-
-type snapshotApplications struct {
-	current           func() *policy.Snapshot
-	projectNamespaces []string
-}
-
-func (f snapshotApplications) Application(namespace, name string) (*v1alpha1.Application, error) {
-	snap := f.current()
-	if snap == nil {
-		return nil, policy.ErrNotLoaded
-	}
-	a := snap.Application(namespace, name)
-	if a == nil {
-		return nil, nil
-	}
-	return a.Object, nil
-}
-
-func (f snapshotApplications) AppProject(app *v1alpha1.Application) (*v1alpha1.AppProject, error) {
-	snap := f.current()
-	if snap == nil {
-		return nil, policy.ErrNotLoaded
-	}
-	return policy.ResolveAppProject(app, f.projectNamespaces, snap.DeputyAppProject)
-}
-
 // APIOptions configure the APIHandler. Every field is required except
 // Metrics and Log.
 type APIOptions struct {
@@ -127,16 +76,15 @@ type APIOptions struct {
 	// /apis/<group>/v1alpha1, for kube-apiserver's aggregation layer; ""
 	// for none.
 	AggregatedGroup string
-	// Applications finds Applications and their AppProjects.
-	Applications ApplicationStore
+	// Applications finds Applications and their AppProjects, starts syncs
+	// and reports their state and progress: apps.File in file mode (the
+	// policy snapshot, operations run in this process), apps.Controller in
+	// cluster mode (the request recorded on the Application, its status).
+	Applications apps.Applications
 	// Ready, if set, answers 503 to authenticated requests while it returns
 	// an error (no policy loaded yet).
 	Ready func() error
-	// Operations starts syncs and reports their state: the operations queue
-	// in file mode (*syncer.Operations), the Applications' operation field
-	// and status in cluster mode.
-	Operations SyncService
-	Log        *slog.Logger
+	Log   *slog.Logger
 }
 
 // APIHandler serves deputy's own API, under APIPrefix and, for the
@@ -171,11 +119,11 @@ func NewAPIHandler(opts APIOptions) *APIHandler {
 	}
 	r := chi.NewRouter()
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		writeAPIError(w, apierrors.NewNotFound(schema.GroupResource{}, ""), "the server could not find the requested resource: deputy serves "+
-			"POST "+APIPrefix+"/namespaces/NS/applications/NAME/sync and GET "+APIPrefix+"/namespaces/NS/applications/NAME")
+		writeStatus(w, fromAPIError(apierrors.NewNotFound(schema.GroupResource{}, "")).withMessage("the server could not find the requested resource: deputy serves "+
+			"POST "+APIPrefix+"/namespaces/NS/applications/NAME/sync and GET "+APIPrefix+"/namespaces/NS/applications/NAME"))
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		writeAPIError(w, apierrors.NewMethodNotSupported(applicationsResource, r.Method), "")
+		writeStatus(w, fromAPIError(apierrors.NewMethodNotSupported(applicationsResource, r.Method)))
 	})
 	groups := []string{v1alpha1.Group}
 	if opts.AggregatedGroup != "" && opts.AggregatedGroup != v1alpha1.Group {
@@ -227,13 +175,13 @@ func (h *APIHandler) lookup(w http.ResponseWriter, r *http.Request, verb, subres
 			if _, restricted := tokenreview.ProjectOf(u); restricted {
 				serr := checkProjectScope(h.opts.Applications, u, app)
 				if errors.Is(serr, policy.ErrNotLoaded) {
-					writeAPIError(w, apierrors.NewServiceUnavailable("deputy has not loaded its policy yet; see /readyz"), "")
+					writeStatus(w, fromAPIError(apierrors.NewServiceUnavailable("deputy has not loaded its policy yet; see /readyz")))
 					return nil, false
 				}
 				if serr != nil {
 					attrs := authorizer.AttributesRecord{User: u, Verb: verb, Namespace: namespace, APIGroup: v1alpha1.Group,
 						Resource: applicationsResource.Resource, Subresource: subresource, Name: name, ResourceRequest: true}
-					writeAPIError(w, responsewriters.ForbiddenStatusError(attrs, serr.Error()), "")
+					writeStatus(w, fromAPIError(responsewriters.ForbiddenStatusError(attrs, serr.Error())))
 					return nil, false
 				}
 			}
@@ -241,13 +189,13 @@ func (h *APIHandler) lookup(w http.ResponseWriter, r *http.Request, verb, subres
 	}
 	switch {
 	case errors.Is(err, policy.ErrNotLoaded):
-		writeAPIError(w, apierrors.NewServiceUnavailable("deputy has not loaded its policy yet; see /readyz"), "")
+		writeStatus(w, fromAPIError(apierrors.NewServiceUnavailable("deputy has not loaded its policy yet; see /readyz")))
 		return nil, false
 	case err != nil:
-		writeAPIError(w, apierrors.NewInternalError(err), "")
+		writeStatus(w, fromAPIError(apierrors.NewInternalError(err)))
 		return nil, false
 	case app == nil:
-		writeAPIError(w, apierrors.NewNotFound(applicationsResource, name), "")
+		writeStatus(w, fromAPIError(apierrors.NewNotFound(applicationsResource, name)))
 		return nil, false
 	}
 	return app, true
@@ -267,34 +215,34 @@ func (h *APIHandler) sync(w http.ResponseWriter, r *http.Request) {
 	}
 	project, err := h.opts.Applications.AppProject(app)
 	if errors.Is(err, policy.ErrProjectNotUsable) {
-		writeAPIError(w, apierrors.NewInvalid(schema.GroupKind{Group: v1alpha1.Group, Kind: v1alpha1.KindApplication}, name, nil),
-			strings.TrimPrefix(err.Error(), policy.ErrProjectNotUsable.Error()+": "))
+		writeStatus(w, fromAPIError(apierrors.NewInvalid(schema.GroupKind{Group: v1alpha1.Group, Kind: v1alpha1.KindApplication}, name, nil)).
+			withMessage(strings.TrimPrefix(err.Error(), policy.ErrProjectNotUsable.Error()+": ")))
 		return
 	}
 	if err != nil {
-		writeAPIError(w, apierrors.NewServiceUnavailable(err.Error()), "")
+		writeStatus(w, fromAPIError(apierrors.NewServiceUnavailable(err.Error())))
 		return
 	}
 	u := apiUser(r.Context())
-	state, err := h.opts.Operations.Start(r.Context(), app, project, op, v1alpha1.InitiatedBy{Username: u.GetName()})
+	state, err := h.opts.Applications.Start(r.Context(), app, project, op, v1alpha1.InitiatedBy{Username: u.GetName()})
 	log := h.requestLog(r)
 	switch {
-	case errors.Is(err, syncer.ErrOperationInProgress):
+	case errors.Is(err, apps.ErrOperationInProgress):
 		log.Info("sync refused: an operation is in progress", "application", ns+"/"+name)
-		writeAPIError(w, apierrors.NewConflict(applicationsResource, name, err), "")
+		writeStatus(w, fromAPIError(apierrors.NewConflict(applicationsResource, name, err)))
 		return
-	case errors.Is(err, syncer.ErrShuttingDown):
-		writeAPIError(w, apierrors.NewServiceUnavailable(err.Error()), "")
+	case errors.Is(err, apps.ErrShuttingDown):
+		writeStatus(w, fromAPIError(apierrors.NewServiceUnavailable(err.Error())))
 		return
 	case apierrors.IsNotFound(err):
-		writeAPIError(w, apierrors.NewNotFound(applicationsResource, name), "")
+		writeStatus(w, fromAPIError(apierrors.NewNotFound(applicationsResource, name)))
 		return
 	case apierrors.IsConflict(err):
-		writeAPIError(w, apierrors.NewConflict(applicationsResource, name, err), "")
+		writeStatus(w, fromAPIError(apierrors.NewConflict(applicationsResource, name, err)))
 		return
 	case err != nil:
 		log.Error("sync could not start", "application", ns+"/"+name, "error", err.Error())
-		writeAPIError(w, apierrors.NewInternalError(err), "")
+		writeStatus(w, fromAPIError(apierrors.NewInternalError(err)))
 		return
 	}
 	log.Info("sync started", "application", ns+"/"+name, "revision", op.Revision, "prune", op.Prune, "dryRun", op.DryRun)
@@ -316,8 +264,8 @@ func readSyncOperation(w http.ResponseWriter, r *http.Request) (v1alpha1.SyncOpe
 	ct := r.Header.Get("Content-Type")
 	// No content type is read as JSON: `kubectl create --raw -f` sends none.
 	if mt, _, err := mime.ParseMediaType(ct); ct != "" && (err != nil || mt != "application/json") {
-		return op, &statusError{code: http.StatusUnsupportedMediaType, reason: metav1.StatusReasonUnsupportedMediaType,
-			message: fmt.Sprintf("unsupported content type %q: send application/json, e.g. {\"revision\":\"\",\"prune\":false,\"dryRun\":false}", ct)}
+		return op, newStatusError(http.StatusUnsupportedMediaType, metav1.StatusReasonUnsupportedMediaType,
+			fmt.Sprintf("unsupported content type %q: send application/json, e.g. {\"revision\":\"\",\"prune\":false,\"dryRun\":false}", ct))
 	}
 	strictErrs, err := kjson.UnmarshalStrict(body, &op) // case-sensitive; unknown and duplicate fields are strict errors
 	if err != nil {
@@ -361,7 +309,7 @@ func (h *APIHandler) get(w http.ResponseWriter, r *http.Request) {
 	}
 	out := app.DeepCopy()
 	out.APIVersion, out.Kind = v1alpha1.SchemeGroupVersion.String(), v1alpha1.KindApplication
-	out.Status = h.opts.Operations.ApplicationStatus(ns, name)
+	out.Status = h.opts.Applications.ApplicationStatus(ns, name)
 	if st := out.Status.OperationState; st != nil && st.Phase == v1alpha1.OperationRunning {
 		out.Operation = st.Operation.DeepCopy()
 	}
@@ -380,7 +328,7 @@ func (h *APIHandler) stream(w http.ResponseWriter, r *http.Request, ns, name str
 		case <-ctx.Done():
 		}
 	}()
-	events := h.opts.Operations.Watch(ctx, ns, name)
+	events := h.opts.Applications.Watch(ctx, ns, name)
 
 	hdr := w.Header()
 	hdr.Set("Content-Type", APIStreamContentType)
@@ -410,15 +358,4 @@ func (h *APIHandler) stream(w http.ResponseWriter, r *http.Request, ns, name str
 		// Again none while waiting: a sync may run for minutes between events.
 		_ = rc.SetWriteDeadline(time.Time{})
 	}
-}
-
-// writeAPIError writes a StatusError as kube-apiserver does; message, if not
-// empty, replaces the default message.
-func writeAPIError(w http.ResponseWriter, err *apierrors.StatusError, message string) {
-	st := err.Status()
-	st.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Status"}
-	if message != "" {
-		st.Message = message
-	}
-	writeJSON(w, int(st.Code), &st)
 }

@@ -25,6 +25,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authorization/union"
 
+	"deputy.dev/deputy/apiclient"
+	"deputy.dev/deputy/apps"
 	deputyauthz "deputy.dev/deputy/authorizer"
 	"deputy.dev/deputy/policy"
 	"deputy.dev/deputy/policy/v1alpha1"
@@ -139,7 +141,7 @@ func (b *blockingRunner) Run(ctx context.Context, req syncer.Request, progress s
 
 type apiFixture struct {
 	handler *APIHandler
-	ops     *syncer.Operations
+	ops     *apps.File
 	runner  *blockingRunner
 	logs    *syncBuffer
 	ca      *testCA
@@ -179,7 +181,7 @@ func newAPIFixture(t *testing.T, snap func() *policy.Snapshot, options ...apiFix
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	runner := &blockingRunner{release: make(chan struct{}), started: make(chan string, 10)}
-	ops := syncer.NewOperations(runner, syncer.OperationsOptions{Logger: log})
+	ops := apps.NewFile(apps.FileOptions{Snapshot: snap, ProjectNamespaces: []string{"*"}, Runner: runner, Logger: log})
 	t.Cleanup(func() {
 		select {
 		case <-runner.release:
@@ -203,7 +205,7 @@ func newAPIFixture(t *testing.T, snap func() *policy.Snapshot, options ...apiFix
 	auds := []string{"https://kubernetes.default.svc.cluster.local"}
 	ca := newTestCA(t, "api-client-ca")
 	verify := newSwitchableVerifier(ca.pool())
-	apiAuthz, err := NewAPIAuthorizer(NewProjectScopeAuthorizer(SnapshotApplications(snap, []string{"*"})), authz, nil)
+	apiAuthz, err := NewAPIAuthorizer(NewProjectScopeAuthorizer(ops), authz, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,8 +223,7 @@ func newAPIFixture(t *testing.T, snap func() *policy.Snapshot, options ...apiFix
 			}
 			return nil
 		},
-		Applications: SnapshotApplications(snap, []string{"*"}),
-		Operations:   ops,
+		Applications: ops,
 		Log:          log,
 	}
 	for _, o := range options {
@@ -575,7 +576,7 @@ func TestAPIWatchStreamsNDJSON(t *testing.T) {
 		if err := json.Unmarshal([]byte(l), &raw); err != nil {
 			t.Fatalf("line %d is not one JSON object: %q", i+1, l)
 		}
-		var ev syncer.Event
+		var ev v1alpha1.OperationEvent
 		if err := json.Unmarshal([]byte(l), &ev); err != nil {
 			t.Fatal(err)
 		}
@@ -677,13 +678,13 @@ func TestAPIWatchOutlivesTheServerWriteTimeout(t *testing.T) {
 		time.Sleep(time.Second)
 		close(f.runner.release)
 	}()
-	client, err := NewAPIClient(APIClientOptions{Server: srv.URL, Token: aliceAPIToken})
+	client, err := apiclient.New(apiclient.Options{Server: srv.URL, Token: aliceAPIToken})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var resources int
-	final, err := client.Watch(t.Context(), "guestbook", "guestbook", func(ev syncer.Event) error {
-		if ev.Type == syncer.EventResource {
+	final, err := client.Watch(t.Context(), "guestbook", "guestbook", func(ev v1alpha1.OperationEvent) error {
+		if ev.Type == v1alpha1.OperationEventResource {
 			resources++
 		}
 		return nil

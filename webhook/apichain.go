@@ -33,6 +33,7 @@ import (
 	genericfilters "k8s.io/apiserver/pkg/server/filters"
 	"k8s.io/client-go/kubernetes/scheme"
 
+	"deputy.dev/deputy/apps"
 	"deputy.dev/deputy/policy"
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/tokenreview"
@@ -159,8 +160,8 @@ func authorizeDiscovery(_ context.Context, a authorizer.Attributes) (authorizer.
 // rest, so the policy still decides what a project token may do in its own
 // project. It goes first in NewAPIAuthorizer: no group a token carries lifts
 // its scope. The handlers check the scope again on the Application they act
-// on.
-func NewProjectScopeAuthorizer(apps ApplicationStore) authorizer.Authorizer {
+// on. It reads Applications and their AppProjects from applications.
+func NewProjectScopeAuthorizer(applications apps.Applications) authorizer.Authorizer {
 	return authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
 		if _, restricted := tokenreview.ProjectOf(a.GetUser()); !restricted {
 			return authorizer.DecisionNoOpinion, "", nil
@@ -168,7 +169,7 @@ func NewProjectScopeAuthorizer(apps ApplicationStore) authorizer.Authorizer {
 		if !a.IsResourceRequest() || a.GetAPIGroup() != v1alpha1.Group || a.GetResource() != "applications" || a.GetName() == "" {
 			return authorizer.DecisionDeny, "deputy project tokens may only get and sync Applications of their project", nil
 		}
-		app, err := apps.Application(a.GetNamespace(), a.GetName())
+		app, err := applications.Application(a.GetNamespace(), a.GetName())
 		if errors.Is(err, policy.ErrNotLoaded) {
 			// Not known yet: the handler answers 503 (and checks the scope
 			// again on the Application it acts on).
@@ -179,7 +180,7 @@ func NewProjectScopeAuthorizer(apps ApplicationStore) authorizer.Authorizer {
 		}
 		// A missing Application is refused too (403, not 404): a project
 		// token learns nothing about other projects' Applications.
-		if err := checkProjectScope(apps, a.GetUser(), app); err != nil {
+		if err := checkProjectScope(applications, a.GetUser(), app); err != nil {
 			if errors.Is(err, policy.ErrNotLoaded) {
 				return authorizer.DecisionNoOpinion, "", nil
 			}
@@ -190,13 +191,14 @@ func NewProjectScopeAuthorizer(apps ApplicationStore) authorizer.Authorizer {
 }
 
 // checkProjectScope is tokenreview.CheckProjectScope with app's AppProject
-// resolved by apps (a project app may not use is no project: refused).
+// resolved by applications (a project app may not use is no project:
+// refused).
 // Errors: policy.ErrNotLoaded while projects are not loaded; the scope's
 // refusal.
-func checkProjectScope(apps ApplicationStore, u user.Info, app *v1alpha1.Application) error {
+func checkProjectScope(applications apps.Applications, u user.Info, app *v1alpha1.Application) error {
 	var project *v1alpha1.AppProject
 	if app != nil {
-		p, err := apps.AppProject(app)
+		p, err := applications.AppProject(app)
 		switch {
 		case errors.Is(err, policy.ErrNotLoaded):
 			return err
@@ -292,7 +294,7 @@ func WithAPIChain(handler http.Handler, o APIChainOptions) http.Handler {
 func withReady(next http.Handler, ready func() error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := ready(); err != nil {
-			writeAPIError(w, apierrors.NewServiceUnavailable(err.Error()+"; see /readyz"), "")
+			writeStatus(w, fromAPIError(apierrors.NewServiceUnavailable(err.Error()+"; see /readyz")))
 			return
 		}
 		next.ServeHTTP(w, r)

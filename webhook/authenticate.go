@@ -19,6 +19,9 @@ const (
 	trKind    = "TokenReview"
 )
 
+var tokenReviewType = reviewType{kind: trKind, v1: trV1, v1beta1: trV1beta1,
+	limit: maxTokenReviewBytes, accepts: "authentication.k8s.io/v1 or v1beta1 TokenReview"}
+
 // TokenReviewer answers a TokenReview spec; tokenreview.Reviewer implements it.
 // An error means the request itself is invalid (answered 400); authenticator
 // faults belong in status.error.
@@ -42,25 +45,11 @@ type AuthenticateHandler struct {
 	KnownToken func(token string) (userName string, ok bool)
 }
 
+// ServeHTTP implements http.Handler.
 func (h *AuthenticateHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, serr := readReviewBody(w, r, maxTokenReviewBytes)
-	if serr != nil {
-		writeStatus(w, serr)
-		return
-	}
-	tm, serr := peekTypeMeta(body)
-	if serr != nil {
-		writeStatus(w, serr)
-		return
-	}
-	if tm.Kind != trKind || (tm.APIVersion != trV1 && tm.APIVersion != trV1beta1) {
-		writeStatus(w, unsupportedType(tm, "authentication.k8s.io/v1 or v1beta1 TokenReview"))
-		return
-	}
 	// v1 and v1beta1 TokenReview have identical JSON shapes.
 	var tr authenticationv1.TokenReview
-	if serr := decodeInto(body, &tr, "TokenReview"); serr != nil {
-		writeStatus(w, serr)
+	if !decodeReview(w, r, &tokenReviewType, &tr, &tr.TypeMeta) {
 		return
 	}
 	status, err := h.Reviewer.Review(r.Context(), tr.Spec)
@@ -97,7 +86,7 @@ func (h *AuthenticateHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) 
 		h.Log.Debug("token review", "requestID", requestID(r.Context()), "result", label, "user", status.User.Username)
 	}
 	meta := metav1.ObjectMeta{Name: tr.Name, UID: tr.UID, CreationTimestamp: tr.CreationTimestamp}
-	if tm.APIVersion == trV1 {
+	if tr.APIVersion == trV1 {
 		writeJSON(w, http.StatusOK, &authenticationv1.TokenReview{
 			TypeMeta: metav1.TypeMeta{APIVersion: trV1, Kind: trKind}, ObjectMeta: meta, Status: status,
 		})

@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
-	kjson "sigs.k8s.io/json"
 )
 
 // SubjectAccessReview versions deputy answers.
@@ -19,6 +18,9 @@ const (
 	sarV1beta1 = "authorization.k8s.io/v1beta1"
 	sarKind    = "SubjectAccessReview"
 )
+
+var subjectAccessReviewType = reviewType{kind: sarKind, v1: sarV1, v1beta1: sarV1beta1,
+	limit: maxSubjectAccessReviewBytes, accepts: "authorization.k8s.io/v1 or v1beta1 SubjectAccessReview"}
 
 // AuthorizeHandler answers SubjectAccessReviews (POST /authorize) with an
 // authorizer.Authorizer, as kube-apiserver's webhook authorizer expects
@@ -38,10 +40,9 @@ type AuthorizeHandler struct {
 // "group" in v1beta1); each version's answer reads only its own spelling,
 // exactly as decoding into that version's type would.
 type subjectAccessReview struct {
-	APIVersion string                  `json:"apiVersion"`
-	Kind       string                  `json:"kind"`
-	Metadata   metav1.ObjectMeta       `json:"metadata"`
-	Spec       subjectAccessReviewSpec `json:"spec"`
+	metav1.TypeMeta `json:",inline"`
+	Metadata        metav1.ObjectMeta       `json:"metadata"`
+	Spec            subjectAccessReviewSpec `json:"spec"`
 }
 
 // subjectAccessReviewSpec is named so decode errors read
@@ -56,25 +57,10 @@ type subjectAccessReviewSpec struct {
 	UID                   string                                 `json:"uid"`
 }
 
+// ServeHTTP implements http.Handler.
 func (h *AuthorizeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, serr := readReviewBody(w, r, maxSubjectAccessReviewBytes)
-	if serr != nil {
-		writeStatus(w, serr)
-		return
-	}
 	var in subjectAccessReview
-	if err := kjson.UnmarshalCaseSensitivePreserveInts(body, &in); err != nil {
-		// Report a body that is not even an object like the other endpoints do.
-		if _, serr := peekTypeMeta(body); serr != nil {
-			writeStatus(w, serr)
-			return
-		}
-		writeStatus(w, badRequest("failed to decode SubjectAccessReview: %v", err))
-		return
-	}
-	tm := typeMeta{APIVersion: in.APIVersion, Kind: in.Kind}
-	if in.Kind != sarKind || (in.APIVersion != sarV1 && in.APIVersion != sarV1beta1) {
-		writeStatus(w, unsupportedType(tm, "authorization.k8s.io/v1 or v1beta1 SubjectAccessReview"))
+	if !decodeReview(w, r, &subjectAccessReviewType, &in, &in.TypeMeta) {
 		return
 	}
 	spec := authorizationv1.SubjectAccessReviewSpec{

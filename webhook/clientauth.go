@@ -73,13 +73,8 @@ func (c *ClientCertAuth) Require(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name, ok := c.authenticate(r)
 		if !ok {
-			writeJSON(w, http.StatusUnauthorized, &metav1.Status{
-				TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Status"},
-				Status:   metav1.StatusFailure,
-				Message:  "Unauthorized: a client certificate signed by deputy's client CA with an allowed common name is required",
-				Reason:   metav1.StatusReasonUnauthorized,
-				Code:     http.StatusUnauthorized,
-			})
+			writeStatus(w, newStatusError(http.StatusUnauthorized, metav1.StatusReasonUnauthorized,
+				"Unauthorized: a client certificate signed by deputy's client CA with an allowed common name is required"))
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(withCaller(r.Context(), name)))

@@ -8,14 +8,13 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"deputy.dev/deputy/config"
+	"deputy.dev/deputy/apps"
 	"deputy.dev/deputy/policy/v1alpha1"
 )
 
@@ -59,12 +58,12 @@ func FuzzGitPushParsers(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		for name, parse := range map[string]func([]byte) (PushEvent, error){
+		for name, parse := range map[string]func([]byte) (apps.Push, error){
 			"github": parseGitHubPush, "gitlab": parseGitLabPush, "form": parseGitWebhookForm,
-			"github form": func(b []byte) (PushEvent, error) {
+			"github form": func(b []byte) (apps.Push, error) {
 				p, err := githubFormPayload(b)
 				if err != nil {
-					return PushEvent{}, err
+					return apps.Push{}, err
 				}
 				return parseGitHubPush(p)
 			},
@@ -81,9 +80,9 @@ func FuzzGitPushParsers(f *testing.F) {
 	})
 }
 
-func checkPushEvent(t *testing.T, parser string, ev PushEvent) {
+func checkPushEvent(t *testing.T, parser string, ev apps.Push) {
 	t.Helper()
-	if len(repoKeys(ev.RepoURLs)) == 0 || ev.Repository == "" || !slices.Contains(ev.RepoURLs, ev.Repository) {
+	if !slices.ContainsFunc(ev.RepoURLs, namesRepository) || ev.Repository == "" || !slices.Contains(ev.RepoURLs, ev.Repository) {
 		t.Errorf("%s accepted a push without a usable repository: %+v", parser, ev)
 	}
 	if ev.Ref == "" {
@@ -93,73 +92,28 @@ func checkPushEvent(t *testing.T, parser string, ev PushEvent) {
 		t.Errorf("%s: a deletion with a commit: %+v", parser, ev)
 	}
 	switch ev.RefType {
-	case RefBranch:
+	case apps.RefBranch:
 		if ev.Ref != "HEAD" && ev.Ref != "refs/heads/"+ev.Revision {
 			t.Errorf("%s: branch %q from ref %q", parser, ev.Revision, ev.Ref)
 		}
-	case RefTag:
+	case apps.RefTag:
 		if ev.Ref != "refs/tags/"+ev.Revision || ev.TouchedHead {
 			t.Errorf("%s: tag %q from ref %q (touchedHead %v)", parser, ev.Revision, ev.Ref, ev.TouchedHead)
 		}
-	case RefUnknown:
+	case apps.RefUnknown:
 		if ev.Revision != "" && (ev.Provider != ProviderForm || ev.Revision != ev.Ref) {
 			t.Errorf("%s: revision %q of unknown type from ref %q", parser, ev.Revision, ev.Ref)
 		}
 	default:
 		t.Errorf("%s: ref type %q", parser, ev.RefType)
 	}
-	if ev.Provider == ProviderForm && isCommitSHA(ev.Revision) {
+	if ev.Provider == ProviderForm && apps.IsCommitSHA(ev.Revision) {
 		t.Errorf("form accepted a commit SHA as revision: %+v", ev)
 	}
 	// A commit SHA targetRevision never matches, whatever was pushed.
-	if revisionMatches(strings.Repeat("ab", 20), ev) {
+	if apps.RevisionMatches(strings.Repeat("ab", 20), ev) {
 		t.Errorf("%s: a SHA targetRevision matched %+v", parser, ev)
 	}
-}
-
-var simpleRepoKey = regexp.MustCompile(`^[a-z0-9-]+(\.[a-z0-9-]+)+/[a-z0-9_-]+(/[a-z0-9_-]+)*$`)
-
-// FuzzRepoKey checks the normalisation: no panic, symmetric, reflexive for
-// every URL that names a repository, and for a plain host/path every spelling
-// (https, scp-like, ssh with port and user, .git, trailing slash, upper case)
-// is the same repository.
-func FuzzRepoKey(f *testing.F) {
-	for _, s := range []string{
-		"https://github.com/org/repo", "git@github.com:org/repo.git", "ssh://git@ssh.github.com:443/Org/Repo/",
-		"file:///srv/git/x", "/srv/git/x.git", "C:/x", "github.com:org/repo", "https://", "", "git@[::1]:a/b",
-		"https://u:p@h.example:99/a/../b/./c.git/", "ssh.ssh.example.com:a", "x.git.git", "https://github.com/%2e%2e/x",
-	} {
-		f.Add(s, "https://github.com/org/repo")
-	}
-	f.Fuzz(func(t *testing.T, a, b string) {
-		ka := repoKey(a)
-		if sameRepository(a, b) != sameRepository(b, a) {
-			t.Fatalf("sameRepository(%q, %q) is not symmetric", a, b)
-		}
-		if sameRepository(a, a) != (ka != "") {
-			t.Fatalf("sameRepository(%q, itself) = %v with key %q", a, sameRepository(a, a), ka)
-		}
-		if strings.HasSuffix(ka, "/") {
-			t.Fatalf("repoKey(%q) = %q keeps a trailing /", a, ka)
-		}
-		if !simpleRepoKey.MatchString(ka) || strings.HasPrefix(ka, "ssh.") || strings.HasPrefix(ka, "altssh.") {
-			return
-		}
-		host, p, _ := strings.Cut(ka, "/")
-		for _, v := range []string{
-			"https://" + host + "/" + p,
-			"HTTPS://" + strings.ToUpper(host) + "/" + strings.ToUpper(p) + ".git/",
-			"git@" + host + ":" + p + ".git",
-			host + ":" + p,
-			"ssh://git@" + host + ":2222/" + p,
-			"git://" + host + "/" + p + "/",
-			"https://user:secret@" + host + ":8443//" + p,
-		} {
-			if got := repoKey(v); got != ka {
-				t.Fatalf("repoKey(%q) = %q, want %q (the key of %q)", v, got, ka, a)
-			}
-		}
-	})
 }
 
 // FuzzGitWebhookHandler posts arbitrary, correctly signed bodies: the answer
@@ -172,7 +126,7 @@ func FuzzGitWebhookHandler(f *testing.F) {
 		}
 	}
 	dir := f.TempDir()
-	settings := config.GitWebhook{MaxPayloadBytes: 8 << 10}
+	settings := GitWebhookOptions{MaxPayloadBytes: 8 << 10}
 	for name, v := range map[*string]string{&settings.GitHubSecretFile: testGitHubSecret, &settings.GitLabSecretFile: testGitLabSecret, &settings.TokenFile: testFormToken} {
 		p := filepath.Join(dir, strings.ReplaceAll(v, "-", ""))
 		if err := os.WriteFile(p, []byte(v), 0o600); err != nil {
@@ -180,7 +134,7 @@ func FuzzGitWebhookHandler(f *testing.F) {
 		}
 		*name = p
 	}
-	apps := []*v1alpha1.Application{
+	list := []*v1alpha1.Application{
 		gitApp("a", "github", "https://github.com/binkkatal/sample_app", "", true),
 		gitApp("a", "gitlab", "git@example.com:mike/diaspora.git", "master", true),
 		gitApp("a", "tag", "http://example.com/jsmith/example", "v1.0.0", true),
@@ -188,10 +142,11 @@ func FuzzGitWebhookHandler(f *testing.F) {
 		gitApp("a", "manual", "https://github.com/a/b", "main", false),
 	}
 	h, err := NewGitWebhookHandler(GitWebhookOptions{
-		Settings:     settings,
-		Applications: func() ([]*v1alpha1.Application, error) { return apps, nil },
-		Trigger: func(_ context.Context, app *v1alpha1.Application, push PushEvent) error {
-			if !pushMatches(app, repoKeys(push.RepoURLs), push) || app.Spec.SyncPolicy == nil {
+		GitHubSecretFile: settings.GitHubSecretFile, GitLabSecretFile: settings.GitLabSecretFile, TokenFile: settings.TokenFile,
+		MaxPayloadBytes: settings.MaxPayloadBytes,
+		Applications:    func() ([]*v1alpha1.Application, error) { return list, nil },
+		Trigger: func(_ context.Context, app *v1alpha1.Application, push apps.Push) error {
+			if !push.Matches(app) || app.Spec.SyncPolicy == nil {
 				panic("triggered an Application the push does not match: " + app.Name)
 			}
 			return nil

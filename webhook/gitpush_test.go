@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -25,10 +24,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"deputy.dev/deputy/config"
+	"deputy.dev/deputy/apps"
 	"deputy.dev/deputy/policy"
 	"deputy.dev/deputy/policy/v1alpha1"
-	"deputy.dev/deputy/syncer"
 )
 
 const (
@@ -86,29 +84,37 @@ type gitWebhookFixture struct {
 	appsErr  error
 	triggers map[string]error // namespace/name → what Trigger returns
 	got      []string         // namespace/name of every Trigger call
-	pushes   []PushEvent
+	pushes   []apps.Push
 }
 
-// newGitWebhookFixture writes the three secrets (unless settings is given)
-// and returns a handler over apps.
-func newGitWebhookFixture(t *testing.T, apps []*v1alpha1.Application, settings *config.GitWebhook) *gitWebhookFixture {
+// gitWebhookTestMaxPayload is the fixture's body limit unless settings set
+// one: deputy's default (sync.webhook.maxPayloadBytes), 25 MiB.
+const gitWebhookTestMaxPayload = 25 << 20
+
+// newGitWebhookFixture writes the three secrets (unless settings is given:
+// its secret files and body limit are used) and returns a handler over apps.
+func newGitWebhookFixture(t *testing.T, list []*v1alpha1.Application, settings *GitWebhookOptions) *gitWebhookFixture {
 	t.Helper()
-	f := &gitWebhookFixture{t: t, dir: t.TempDir(), apps: apps, triggers: map[string]error{}, logs: &gitLogBuffer{}, metrics: NewMetrics()}
+	f := &gitWebhookFixture{t: t, dir: t.TempDir(), apps: list, triggers: map[string]error{}, logs: &gitLogBuffer{}, metrics: NewMetrics()}
 	if settings == nil {
-		settings = &config.GitWebhook{
+		settings = &GitWebhookOptions{
 			GitHubSecretFile: f.writeSecret("github", testGitHubSecret+"\n"),
 			GitLabSecretFile: f.writeSecret("gitlab", testGitLabSecret+"\n"),
 			TokenFile:        f.writeSecret("token", testFormToken),
 		}
 	}
+	if settings.MaxPayloadBytes == 0 {
+		settings.MaxPayloadBytes = gitWebhookTestMaxPayload
+	}
 	h, err := NewGitWebhookHandler(GitWebhookOptions{
-		Settings: *settings,
+		GitHubSecretFile: settings.GitHubSecretFile, GitLabSecretFile: settings.GitLabSecretFile, TokenFile: settings.TokenFile,
+		MaxPayloadBytes: settings.MaxPayloadBytes,
 		Applications: func() ([]*v1alpha1.Application, error) {
 			f.mu.Lock()
 			defer f.mu.Unlock()
 			return f.apps, f.appsErr
 		},
-		Trigger: func(ctx context.Context, app *v1alpha1.Application, push PushEvent) error {
+		Trigger: func(ctx context.Context, app *v1alpha1.Application, push apps.Push) error {
 			if ctx.Err() != nil {
 				t.Errorf("Trigger called with an ended context: %v", ctx.Err())
 			}
@@ -295,7 +301,7 @@ func TestGitWebhookGitHubPushSyncsTheAutomatedApplicationsOfThePushedBranch(t *t
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newGitWebhookFixture(t, githubApps(), nil)
-			f.triggers["team/busy"] = syncer.ErrOperationInProgress
+			f.triggers["team/busy"] = apps.ErrOperationInProgress
 			got := decodeResult(t, f.serve(githubRequest(t, "push", testGitHubSecret, tc.contentType, tc.body)))
 			if d := cmp.Diff(want, got); d != "" {
 				t.Errorf("answer (-want +got):\n%s", d)
@@ -304,16 +310,16 @@ func TestGitWebhookGitHubPushSyncsTheAutomatedApplicationsOfThePushedBranch(t *t
 				sortedCopy(f.triggered())); d != "" {
 				t.Errorf("Trigger calls (-want +got):\n%s", d)
 			}
-			wantPush := PushEvent{
+			wantPush := apps.Push{
 				Provider: "github", DeliveryID: "72d3162e-cc78-11e3-81ab-4c9367dc0958",
 				Repository: "https://github.com/binkkatal/sample_app",
 				RepoURLs: []string{"https://github.com/binkkatal/sample_app", "https://github.com/binkkatal/sample_app.git",
 					"git@github.com:binkkatal/sample_app.git", "git://github.com/binkkatal/sample_app.git"},
-				Ref: "refs/heads/master", Revision: "master", RefType: RefBranch, DefaultBranch: "master", TouchedHead: true,
+				Ref: "refs/heads/master", Revision: "master", RefType: apps.RefBranch, DefaultBranch: "master", TouchedHead: true,
 				Commit: "fd489864e7642b48eaad6e3f155c10e46810ec72",
 			}
 			if d := cmp.Diff(wantPush, f.pushes[0]); d != "" {
-				t.Errorf("PushEvent given to Trigger (-want +got):\n%s", d)
+				t.Errorf("apps.Push given to Trigger (-want +got):\n%s", d)
 			}
 			logs := f.logs.String()
 			if n := strings.Count(logs, `"msg":"git push webhook"`); n != 1 {
@@ -347,7 +353,7 @@ func TestGitWebhookRejectsEveryUnauthenticatedDeliveryWithTheSameAnswer(t *testi
 	form := url.Values{"repoURL": {"https://github.com/binkkatal/sample_app"}, "revision": {"master"}}
 	for _, tc := range []struct {
 		name     string
-		settings func(f *gitWebhookFixture) *config.GitWebhook
+		settings func(f *gitWebhookFixture) *GitWebhookOptions
 		req      func(t *testing.T) *http.Request
 	}{
 		{name: "a GitHub delivery without a signature", req: func(t *testing.T) *http.Request {
@@ -377,8 +383,8 @@ func TestGitWebhookRejectsEveryUnauthenticatedDeliveryWithTheSameAnswer(t *testi
 			return githubRequest(t, "ping", "another secret", "application/json", []byte(`{"zen":"Keep it logically awesome."}`))
 		}},
 		{name: "a GitHub delivery when no GitHub secret is configured (unlike Argo CD, no unsigned payloads)",
-			settings: func(f *gitWebhookFixture) *config.GitWebhook {
-				return &config.GitWebhook{GitLabSecretFile: f.writeSecret("gitlab", testGitLabSecret), TokenFile: f.writeSecret("token", testFormToken)}
+			settings: func(f *gitWebhookFixture) *GitWebhookOptions {
+				return &GitWebhookOptions{GitLabSecretFile: f.writeSecret("gitlab", testGitLabSecret), TokenFile: f.writeSecret("token", testFormToken)}
 			},
 			req: func(t *testing.T) *http.Request { return githubRequest(t, "push", "", "application/json", body) }},
 		{name: "a GitLab delivery without a token", req: func(t *testing.T) *http.Request {
@@ -391,8 +397,8 @@ func TestGitWebhookRejectsEveryUnauthenticatedDeliveryWithTheSameAnswer(t *testi
 			return gitlabRequest(t, "Push Hook", testGitHubSecret, bytes.NewReader(gitlabBody))
 		}},
 		{name: "a GitLab delivery when no GitLab secret is configured",
-			settings: func(f *gitWebhookFixture) *config.GitWebhook {
-				return &config.GitWebhook{GitHubSecretFile: f.writeSecret("github", testGitHubSecret), TokenFile: f.writeSecret("token", testFormToken)}
+			settings: func(f *gitWebhookFixture) *GitWebhookOptions {
+				return &GitWebhookOptions{GitHubSecretFile: f.writeSecret("github", testGitHubSecret), TokenFile: f.writeSecret("token", testFormToken)}
 			},
 			req: func(t *testing.T) *http.Request {
 				return gitlabRequest(t, "Push Hook", "", bytes.NewReader(gitlabBody))
@@ -405,12 +411,12 @@ func TestGitWebhookRejectsEveryUnauthenticatedDeliveryWithTheSameAnswer(t *testi
 			return r
 		}},
 		{name: "a form when no token is configured",
-			settings: func(f *gitWebhookFixture) *config.GitWebhook {
-				return &config.GitWebhook{GitHubSecretFile: f.writeSecret("github", testGitHubSecret), GitLabSecretFile: f.writeSecret("gitlab", testGitLabSecret)}
+			settings: func(f *gitWebhookFixture) *GitWebhookOptions {
+				return &GitWebhookOptions{GitHubSecretFile: f.writeSecret("github", testGitHubSecret), GitLabSecretFile: f.writeSecret("gitlab", testGitLabSecret)}
 			},
 			req: func(t *testing.T) *http.Request { return formRequest(t, "", form) }},
 		{name: "a form when nothing at all is configured",
-			settings: func(*gitWebhookFixture) *config.GitWebhook { return &config.GitWebhook{} },
+			settings: func(*gitWebhookFixture) *GitWebhookOptions { return &GitWebhookOptions{} },
 			req:      func(t *testing.T) *http.Request { return formRequest(t, testFormToken, form) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -506,7 +512,7 @@ func TestGitWebhookPushToAnotherBranchTriggersNothing(t *testing.T) {
 }
 
 func TestGitWebhookTagPushes(t *testing.T) {
-	apps := []*v1alpha1.Application{
+	list := []*v1alpha1.Application{
 		gitApp("apps", "tag", "https://example.com/jsmith/example", "v1.0.0", true),
 		gitApp("apps", "refs-tags", "git@example.com:jsmith/example.git", "refs/tags/v1.0.0", true),
 		gitApp("apps", "branch-named-like-the-tag", "http://example.com/jsmith/example.git", "refs/heads/v1.0.0", true),
@@ -515,15 +521,15 @@ func TestGitWebhookTagPushes(t *testing.T) {
 		gitApp("apps", "manual", "http://example.com/jsmith/example", "v1.0.0", false),
 	}
 	t.Run("a GitLab Tag Push Hook syncs the Applications at that tag", func(t *testing.T) {
-		f := newGitWebhookFixture(t, apps, nil)
+		f := newGitWebhookFixture(t, list, nil)
 		got := decodeResult(t, f.serve(gitlabRequest(t, "Tag Push Hook", testGitLabSecret, bytes.NewReader(readFixture(t, "gitlab-tag-push-hook.json")))))
 		want := GitWebhookResult{Provider: "gitlab", Event: "Tag Push Hook", Repository: "http://example.com/jsmith/example", Revision: "v1.0.0",
 			Triggered: []string{"apps/refs-tags", "apps/tag"}, AlreadyInProgress: []string{}, Manual: []string{"apps/manual"}}
 		if d := cmp.Diff(want, got); d != "" {
 			t.Errorf("answer (-want +got):\n%s", d)
 		}
-		if p := f.pushes[0]; p.RefType != RefTag || p.Commit != "82b3d5ae55f7080f1e6022629cdb57bfae7cccc7" || p.TouchedHead {
-			t.Errorf("PushEvent = %+v", p)
+		if p := f.pushes[0]; p.RefType != apps.RefTag || p.Commit != "82b3d5ae55f7080f1e6022629cdb57bfae7cccc7" || p.TouchedHead {
+			t.Errorf("apps.Push = %+v", p)
 		}
 	})
 	t.Run("a GitHub push of a tag named like the default branch does not touch HEAD", func(t *testing.T) {
@@ -539,7 +545,7 @@ func TestGitWebhookTagPushes(t *testing.T) {
 }
 
 func TestGitWebhookDefaultBranchAndHEAD(t *testing.T) {
-	apps := []*v1alpha1.Application{
+	list := []*v1alpha1.Application{
 		gitApp("apps", "head", "https://example.com/mike/diaspora", "HEAD", true),
 		gitApp("apps", "empty", "ssh://git@example.com:2222/mike/diaspora.git", "", true),
 		gitApp("apps", "master", "git@example.com:mike/diaspora", "master", true),
@@ -547,14 +553,14 @@ func TestGitWebhookDefaultBranchAndHEAD(t *testing.T) {
 	}
 	body := readFixture(t, "gitlab-push-hook.json")
 	t.Run("a push to the default branch syncs HEAD, empty and the branch itself", func(t *testing.T) {
-		f := newGitWebhookFixture(t, apps, nil)
+		f := newGitWebhookFixture(t, list, nil)
 		got := decodeResult(t, f.serve(gitlabRequest(t, "Push Hook", testGitLabSecret, bytes.NewReader(body))))
 		if d := cmp.Diff([]string{"apps/empty", "apps/head", "apps/master"}, got.Triggered); d != "" {
 			t.Errorf("triggered (-want +got):\n%s", d)
 		}
 	})
 	t.Run("a push to another branch leaves HEAD alone", func(t *testing.T) {
-		f := newGitWebhookFixture(t, apps, nil)
+		f := newGitWebhookFixture(t, list, nil)
 		develop := editJSON(t, body, func(m map[string]any) { m["ref"] = "refs/heads/develop" })
 		got := decodeResult(t, f.serve(gitlabRequest(t, "Push Hook", testGitLabSecret, bytes.NewReader(develop))))
 		if d := cmp.Diff([]string{"apps/develop"}, got.Triggered); d != "" {
@@ -562,7 +568,7 @@ func TestGitWebhookDefaultBranchAndHEAD(t *testing.T) {
 		}
 	})
 	t.Run("a push without a known default branch leaves HEAD alone", func(t *testing.T) {
-		f := newGitWebhookFixture(t, apps, nil)
+		f := newGitWebhookFixture(t, list, nil)
 		noDefault := editJSON(t, body, func(m map[string]any) { delete(m["project"].(map[string]any), "default_branch") })
 		got := decodeResult(t, f.serve(gitlabRequest(t, "Push Hook", testGitLabSecret, bytes.NewReader(noDefault))))
 		if d := cmp.Diff([]string{"apps/master"}, got.Triggered); d != "" {
@@ -591,8 +597,8 @@ func TestGitWebhookBranchDeletionTriggersNothing(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			apps := append(githubApps(), gitApp("apps", "gitlab-master", "http://example.com/mike/diaspora", "master", true))
-			f := newGitWebhookFixture(t, apps, nil)
+			list := append(githubApps(), gitApp("apps", "gitlab-master", "http://example.com/mike/diaspora", "master", true))
+			f := newGitWebhookFixture(t, list, nil)
 			got := decodeResult(t, f.serve(tc.req(t)))
 			if len(got.Triggered) != 0 || !strings.Contains(got.Message, "deleted") {
 				t.Errorf("answer = %+v, want nothing triggered and a deletion message", got)
@@ -628,7 +634,7 @@ func TestGitWebhookGitHubPingAndOtherEvents(t *testing.T) {
 }
 
 func TestGitWebhookPlainForm(t *testing.T) {
-	apps := []*v1alpha1.Application{
+	list := []*v1alpha1.Application{
 		gitApp("ci", "main", "https://git.example.com/platform/deploy.git", "main", true),
 		gitApp("ci", "head", "https://git.example.com/platform/deploy", "HEAD", true),
 		gitApp("ci", "release", "git@git.example.com:platform/deploy", "refs/tags/v2", true),
@@ -652,7 +658,7 @@ func TestGitWebhookPlainForm(t *testing.T) {
 		{"a local repository", url.Values{"repoURL": {"/srv/git/deploy/"}, "revision": {"main"}}, []string{"ci/local"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newGitWebhookFixture(t, apps, nil)
+			f := newGitWebhookFixture(t, list, nil)
 			got := decodeResult(t, f.serve(formRequest(t, testFormToken, tc.form)))
 			if d := cmp.Diff(tc.want, sortedCopy(f.triggered())); d != "" {
 				t.Errorf("triggered (-want +got):\n%s", d)
@@ -677,7 +683,7 @@ func TestGitWebhookPlainForm(t *testing.T) {
 		{"a broken escape", "repoURL=%zz&revision=main", "cannot be parsed"},
 	} {
 		t.Run("400 for "+tc.name, func(t *testing.T) {
-			f := newGitWebhookFixture(t, apps, nil)
+			f := newGitWebhookFixture(t, list, nil)
 			r := httptest.NewRequestWithContext(t.Context(), http.MethodPost, GitWebhookPath, strings.NewReader(tc.body))
 			r.Header.Set("Content-Type", "application/x-www-form-urlencoded; charset=utf-8")
 			r.Header.Set("X-Deputy-Webhook-Token", testFormToken)
@@ -691,7 +697,7 @@ func TestGitWebhookPlainForm(t *testing.T) {
 
 func TestGitWebhookBodyTooLarge(t *testing.T) {
 	f := newGitWebhookFixture(t, githubApps(), nil)
-	settings := &config.GitWebhook{
+	settings := &GitWebhookOptions{
 		GitHubSecretFile: f.writeSecret("github", testGitHubSecret), GitLabSecretFile: f.writeSecret("gitlab", testGitLabSecret),
 		TokenFile: f.writeSecret("token", testFormToken), MaxPayloadBytes: 1024,
 	}
@@ -772,7 +778,7 @@ func TestGitWebhookTriggerFailures(t *testing.T) {
 	})
 	t.Run("503 while deputy shuts down", func(t *testing.T) {
 		f := newGitWebhookFixture(t, githubApps(), nil)
-		f.triggers["apps/on-master"] = syncer.ErrShuttingDown
+		f.triggers["apps/on-master"] = apps.ErrShuttingDown
 		decodeStatus(t, f.serve(githubRequest(t, "push", testGitHubSecret, "application/json", body)), http.StatusServiceUnavailable)
 	})
 }
@@ -845,19 +851,20 @@ func TestNewGitWebhookHandlerErrors(t *testing.T) {
 	if err := os.WriteFile(empty, []byte(" \n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	apps := func() ([]*v1alpha1.Application, error) { return nil, nil }
-	trigger := func(context.Context, *v1alpha1.Application, PushEvent) error { return nil }
+	list := func() ([]*v1alpha1.Application, error) { return nil, nil }
+	trigger := func(context.Context, *v1alpha1.Application, apps.Push) error { return nil }
 	for _, tc := range []struct {
 		name string
 		opts GitWebhookOptions
 		want string
 	}{
 		{"no Applications", GitWebhookOptions{Trigger: trigger}, "Applications and Trigger are required"},
-		{"no Trigger", GitWebhookOptions{Applications: apps}, "Applications and Trigger are required"},
-		{"a missing secret file", GitWebhookOptions{Applications: apps, Trigger: trigger,
-			Settings: config.GitWebhook{GitHubSecretFile: filepath.Join(dir, "missing")}}, "sync.webhook.githubSecretFile"},
-		{"an empty token file", GitWebhookOptions{Applications: apps, Trigger: trigger,
-			Settings: config.GitWebhook{TokenFile: empty}}, "is empty"},
+		{"no Trigger", GitWebhookOptions{Applications: list}, "Applications and Trigger are required"},
+		{"no body limit", GitWebhookOptions{Applications: list, Trigger: trigger}, "MaxPayloadBytes must be positive"},
+		{"a missing secret file", GitWebhookOptions{Applications: list, Trigger: trigger, MaxPayloadBytes: 1024,
+			GitHubSecretFile: filepath.Join(dir, "missing")}, "sync.webhook.githubSecretFile"},
+		{"an empty token file", GitWebhookOptions{Applications: list, Trigger: trigger, MaxPayloadBytes: 1024,
+			TokenFile: empty}, "is empty"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := NewGitWebhookHandler(tc.opts)
@@ -865,93 +872,6 @@ func TestNewGitWebhookHandlerErrors(t *testing.T) {
 				t.Errorf("err = %v, want one containing %q", err, tc.want)
 			}
 		})
-	}
-}
-
-// sameRepository says whether two repository URLs name the same repository,
-// as the handler decides it.
-func sameRepository(a, b string) bool {
-	ka := repoKey(a)
-	return ka != "" && ka == repoKey(b)
-}
-
-func TestRepositoryURLNormalisation(t *testing.T) {
-	for _, tc := range []struct {
-		a, b string
-		same bool
-	}{
-		{"https://github.com/org/repo", "https://github.com/org/repo.git", true},
-		{"https://github.com/org/repo", "https://github.com/org/repo/", true},
-		{"https://github.com/org/repo", "https://GitHub.COM/org/repo", true},
-		{"https://github.com/org/repo", "https://github.com/Org/Repo", true}, // Argo CD compares case-insensitively
-		{"https://github.com/org/repo", "git@github.com:org/repo.git", true},
-		{"https://github.com/org/repo", "ssh://git@github.com/org/repo", true},
-		{"https://github.com/org/repo", "ssh://git@github.com:22/org/repo.git", true},
-		{"https://github.com/org/repo", "ssh://git@ssh.github.com:443/org/repo.git", true},
-		{"https://github.com/org/repo", "git://github.com/org/repo.git", true},
-		{"https://github.com/org/repo", "http://github.com/org/repo", true},
-		{"https://github.com/org/repo", "https://user:token@github.com/org/repo.git", true},
-		{"https://github.com/org/repo", "https://github.com:443/org/repo", true},
-		{"https://github.com/org/repo", " https://github.com/org/repo ", true},
-		{"https://github.com/org/repo", "https://github.com//org/repo", true},
-		{"https://github.com/org/repo", "github.com:org/repo", true},
-		{"https://gitlab.example.com/group/sub/repo", "git@gitlab.example.com:group/sub/repo.git", true},
-		{"https://gitlab.example.com/group/sub/repo", "ssh://git@gitlab.example.com:2222/group/sub/repo.git", true},
-		{"https://github.com/org/repo", "https://github.com/org/repo2", false},
-		{"https://github.com/org/repo", "https://github.com/other/repo", false},
-		{"https://github.com/org/repo", "https://gitlab.com/org/repo", false},
-		{"https://github.com/org/repo", "https://github.com/org", false},
-		{"https://github.com/org/repo", "https://github.com/org/repo/sub", false},
-		{"https://github.com/org/repo", "https://api.github.com/repos/org/repo", false},
-		{"https://github.com/org/repo", "/org/repo", false},
-		{"https://github.com/org/repo", "file:///org/repo", false},
-		{"file:///srv/git/repo", "/srv/git/repo", true},
-		{"file:///srv/git/repo", "/srv/git/repo.git/", true},
-		{"file:///srv/git/repo", "file://localhost/srv/git/repo", true},
-		{"file:///srv/git/repo", "/srv/git/Repo", false}, // local paths keep their case
-		{"file:///srv/git/repo", "srv/git/repo", false},
-		{"file:///srv/git/repo", "file://otherhost/srv/git/repo", false},
-		{"", "", false},
-		{"https://github.com", "https://github.com/", false},
-		{"https://", "https://", false},
-		{"https://github.com/%zz", "https://github.com/%zz", false},
-		{"C:/repos/x", "C:/repos/x", true}, // a drive letter, not scp-like
-		{"C:/repos/x", "c@c:repos/x", false},
-	} {
-		t.Run(fmt.Sprintf("%q vs %q", tc.a, tc.b), func(t *testing.T) {
-			if got := sameRepository(tc.a, tc.b); got != tc.same {
-				t.Errorf("sameRepository = %v (keys %q, %q), want %v", got, repoKey(tc.a), repoKey(tc.b), tc.same)
-			}
-			if got := sameRepository(tc.b, tc.a); got != tc.same {
-				t.Errorf("sameRepository reversed = %v, want %v", got, tc.same)
-			}
-		})
-	}
-}
-
-func TestRevisionMatches(t *testing.T) {
-	branch := PushEvent{Ref: "refs/heads/main", Revision: "main", RefType: RefBranch, DefaultBranch: "main", TouchedHead: true}
-	feature := PushEvent{Ref: "refs/heads/feature/x", Revision: "feature/x", RefType: RefBranch, DefaultBranch: "main"}
-	tag := PushEvent{Ref: "refs/tags/v1", Revision: "v1", RefType: RefTag, DefaultBranch: "main"}
-	bare := PushEvent{Ref: "v1", Revision: "v1", RefType: RefUnknown}
-	sha := "fd489864e7642b48eaad6e3f155c10e46810ec72"
-	for _, tc := range []struct {
-		target string
-		push   PushEvent
-		want   bool
-	}{
-		{"", branch, true}, {"HEAD", branch, true}, {"main", branch, true}, {"refs/heads/main", branch, true},
-		{"refs/tags/main", branch, false}, {"Main", branch, false}, {"head", branch, false},
-		{"", feature, false}, {"HEAD", feature, false}, {"feature/x", feature, true}, {"refs/heads/feature/x", feature, true},
-		{"x", feature, false}, {"feature", feature, false},
-		{"v1", tag, true}, {"refs/tags/v1", tag, true}, {"refs/heads/v1", tag, false}, {"HEAD", tag, false},
-		{"v1", bare, true}, {"refs/tags/v1", bare, true}, {"refs/heads/v1", bare, true}, {"HEAD", bare, false},
-		{sha, PushEvent{Ref: sha, Revision: sha, RefType: RefUnknown}, false},
-		{sha, PushEvent{Ref: "refs/heads/" + sha, Revision: sha, RefType: RefBranch}, false},
-	} {
-		if got := revisionMatches(tc.target, tc.push); got != tc.want {
-			t.Errorf("revisionMatches(%q, push of %s) = %v, want %v", tc.target, tc.push.Ref, got, tc.want)
-		}
 	}
 }
 

@@ -53,13 +53,8 @@ func recoverPanics(log *slog.Logger) func(http.Handler) http.Handler {
 					}
 					log.Error("panic while serving request", "requestID", requestID(r.Context()), "path", r.URL.Path,
 						"panic", v, "stack", string(debug.Stack()))
-					writeJSON(w, http.StatusInternalServerError, &metav1.Status{
-						TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Status"},
-						Status:   metav1.StatusFailure,
-						Message:  "internal error; see deputy's log for request " + requestID(r.Context()),
-						Reason:   metav1.StatusReasonInternalError,
-						Code:     http.StatusInternalServerError,
-					})
+					writeStatus(w, newStatusError(http.StatusInternalServerError, metav1.StatusReasonInternalError,
+						"internal error; see deputy's log for request "+requestID(r.Context())))
 				}
 			}()
 			next.ServeHTTP(w, r)

@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 	sigsjson "sigs.k8s.io/json"
+
+	"deputy.dev/deputy/authorizer"
 )
 
 // Plural resource names of the RBAC roles in rbac.authorization.k8s.io.
@@ -41,22 +43,6 @@ const (
 
 // impersonationRBACFix is the fix every finding names.
 const impersonationRBACFix = "name the targets in resourceNames; deputy's strict impersonation gate ignores rules without resourceNames"
-
-// authenticationGroup is the API group of the impersonation checks that are
-// not in the legacy core group.
-const authenticationGroup = "authentication.k8s.io"
-
-// Impersonation targets per API group, as kube-apiserver asks an authorizer
-// (k8s.io/apiserver pkg/endpoints/filters/impersonation, mode.go): legacy
-// `impersonate` checks users, groups and serviceaccounts in the core group
-// and uids and userextras/<key> in authentication.k8s.io; constrained
-// `impersonate:<mode>` checks users, groups, serviceaccounts, nodes, uids and
-// userextras/<key>, all in authentication.k8s.io. userextras is the only
-// target checked with a subresource (the extra's key).
-var (
-	coreImpersonationTargets           = []string{"users", "groups", "serviceaccounts"}
-	authenticationImpersonationTargets = []string{"users", "groups", "serviceaccounts", "nodes", "uids", "userextras"}
-)
 
 // NewImpersonationRBACValidator returns the validating admission handler for
 // rbac.authorization.k8s.io/v1 Roles and ClusterRoles that grant broad
@@ -294,10 +280,14 @@ func impersonationFindings(rules []rbacv1.PolicyRule) []ruleFinding {
 func impersonationProblem(rule rbacv1.PolicyRule) string {
 	targets, on := false, false
 	for _, verb := range rule.Verbs {
-		switch {
-		case verb == rbacv1.VerbAll, verb == "impersonate", strings.HasPrefix(verb, "impersonate:"):
+		if verb == rbacv1.VerbAll {
 			targets = true
-		case strings.HasPrefix(verb, "impersonate-on:"):
+			continue
+		}
+		switch kind, _, _ := authorizer.ParseImpersonationVerb(verb); kind {
+		case authorizer.LegacyImpersonate, authorizer.ConstrainedImpersonate:
+			targets = true
+		case authorizer.ImpersonateOn:
 			on = true
 		}
 	}
@@ -319,27 +309,24 @@ func impersonationProblem(rule rbacv1.PolicyRule) string {
 }
 
 // coversImpersonationTarget reports whether some (group, resource) pair of a
-// rule matches an impersonation check, with RBAC's matching: `*` or exact
-// group; `*`, exact resource, or `*/<sub>` for a resource with subresource
-// <sub>.
+// rule matches an impersonation check (authorizer.ImpersonationTargets), with
+// RBAC's matching: `*` or exact group; `*`, exact resource, or `*/<sub>` for
+// a resource with subresource <sub> (only userextras/<key> has one).
 func coversImpersonationTarget(groups, resources []string) bool {
 	for _, g := range groups {
-		var targets []string
-		switch g {
-		case "":
-			targets = coreImpersonationTargets
-		case authenticationGroup, rbacv1.APIGroupAll:
-			// authentication.k8s.io's targets include every core one.
-			targets = authenticationImpersonationTargets
-		default:
-			continue
+		targets := authorizer.ImpersonationTargets(g)
+		if g == rbacv1.APIGroupAll {
+			targets = slices.Concat(authorizer.ImpersonationTargets(""), authorizer.ImpersonationTargets(authorizer.AuthenticationGroup))
 		}
-		extras := slices.Contains(targets, "userextras")
+		if len(targets) == 0 {
+			continue // no impersonation check names this group
+		}
+		extras := slices.Contains(targets, authorizer.UserExtrasResource)
 		for _, r := range resources {
 			switch {
 			case r == rbacv1.ResourceAll, slices.Contains(targets, r):
 				return true
-			case extras && (strings.HasPrefix(r, "userextras/") || strings.HasPrefix(r, "*/")):
+			case extras && (strings.HasPrefix(r, authorizer.UserExtrasResource+"/") || strings.HasPrefix(r, "*/")):
 				return true
 			}
 		}

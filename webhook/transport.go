@@ -26,20 +26,6 @@ const (
 	maxAdmissionReviewBytes     = 7 << 20
 )
 
-// statusError is a client mistake answered with an HTTP status and a
-// metav1.Status body, the way kube-apiserver answers bad requests.
-type statusError struct {
-	code    int
-	reason  metav1.StatusReason
-	message string
-}
-
-func (e *statusError) Error() string { return e.message }
-
-func badRequest(format string, args ...any) *statusError {
-	return &statusError{code: http.StatusBadRequest, reason: metav1.StatusReasonBadRequest, message: fmt.Sprintf(format, args...)}
-}
-
 // readReviewBody enforces the transport rules shared by the review endpoints
 // and returns the body. Errors are *statusError: 405 for a method other than
 // POST, 415 for a content type other than application/json, 400 for an empty
@@ -47,14 +33,14 @@ func badRequest(format string, args ...any) *statusError {
 func readReviewBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *statusError) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		return nil, &statusError{code: http.StatusMethodNotAllowed, reason: metav1.StatusReasonMethodNotAllowed,
-			message: fmt.Sprintf("method %s is not allowed: review endpoints accept POST", r.Method)}
+		return nil, newStatusError(http.StatusMethodNotAllowed, metav1.StatusReasonMethodNotAllowed,
+			fmt.Sprintf("method %s is not allowed: review endpoints accept POST", r.Method))
 	}
 	ct := r.Header.Get("Content-Type")
 	mt, _, err := mime.ParseMediaType(ct)
 	if err != nil || mt != "application/json" {
-		return nil, &statusError{code: http.StatusUnsupportedMediaType, reason: metav1.StatusReasonUnsupportedMediaType,
-			message: fmt.Sprintf("unsupported content type %q: send application/json", ct)}
+		return nil, newStatusError(http.StatusUnsupportedMediaType, metav1.StatusReasonUnsupportedMediaType,
+			fmt.Sprintf("unsupported content type %q: send application/json", ct))
 	}
 	body, serr := readLimitedBody(w, r, limit)
 	if serr != nil {
@@ -85,11 +71,71 @@ func readLimitedBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byt
 }
 
 func tooLarge(limit int64) *statusError {
-	return &statusError{code: http.StatusRequestEntityTooLarge, reason: metav1.StatusReasonRequestEntityTooLarge,
-		message: fmt.Sprintf("request body is larger than the limit of %d bytes", limit)}
+	return newStatusError(http.StatusRequestEntityTooLarge, metav1.StatusReasonRequestEntityTooLarge,
+		fmt.Sprintf("request body is larger than the limit of %d bytes", limit))
 }
 
-// typeMeta is what is read first to pick the version to decode.
+// reviewType is what one review endpoint accepts: one kind in the versions
+// v1 and v1beta1 (answered in the request's version), with a body limit.
+type reviewType struct {
+	kind, v1, v1beta1 string
+	limit             int64
+	// accepts names what the endpoint accepts, for error messages.
+	accepts string
+}
+
+// decodeReview is the prologue every review endpoint shares: it reads the
+// body under the transport rules (readReviewBody, rt.limit), decodes it once
+// into into (a pointer to the review type of either version: their JSON
+// shapes differ at most in field names the handler reads itself) and checks
+// that tm, into's apiVersion and kind, is rt's kind in one of its versions.
+// On false the request has been answered (a metav1.Status, see
+// reviewType.decode) and the handler must return.
+func decodeReview(w http.ResponseWriter, r *http.Request, rt *reviewType, into any, tm *metav1.TypeMeta) bool {
+	body, serr := readReviewBody(w, r, rt.limit)
+	if serr == nil {
+		serr = rt.decode(body, into, tm)
+	}
+	if serr != nil {
+		writeStatus(w, serr)
+		return false
+	}
+	return true
+}
+
+// decode decodes body into into case-sensitively like kube-apiserver (so a
+// v1beta1 "group" never lands in a v1 "groups"), ignoring unknown fields so
+// that newer kube-apiservers that add fields keep working, in one pass: the
+// hot path of /authorize. Errors, all 400, first match wins: the body is not
+// a JSON object; apiVersion and kind are missing or not rt's; the decode
+// error of a body of rt's kind.
+func (rt *reviewType) decode(body []byte, into any, tm *metav1.TypeMeta) *statusError {
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(body, into); err != nil {
+		peeked, serr := peekTypeMeta(body)
+		if serr == nil {
+			serr = rt.check(peeked)
+		}
+		if serr == nil {
+			serr = badRequest("failed to decode %s: %v", rt.kind, err)
+		}
+		return serr
+	}
+	return rt.check(typeMeta{APIVersion: tm.APIVersion, Kind: tm.Kind})
+}
+
+// check answers nil for rt's kind in one of its versions.
+func (rt *reviewType) check(tm typeMeta) *statusError {
+	switch {
+	case tm.APIVersion == "" || tm.Kind == "":
+		return badRequest("apiVersion and kind are required: send %s", rt.accepts)
+	case tm.Kind != rt.kind || (tm.APIVersion != rt.v1 && tm.APIVersion != rt.v1beta1):
+		return badRequest("unsupported apiVersion/kind %q/%q: this endpoint accepts %s", tm.APIVersion, tm.Kind, rt.accepts)
+	}
+	return nil
+}
+
+// typeMeta is what is read of a body that cannot be decoded, to tell a body
+// that is not a review object from one of the wrong kind.
 type typeMeta struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`
@@ -102,16 +148,6 @@ func peekTypeMeta(body []byte) (typeMeta, *statusError) {
 		return tm, badRequest("request body is not a JSON object: %v", err)
 	}
 	return tm, nil
-}
-
-// decodeInto decodes case-sensitively like kube-apiserver (so a v1beta1
-// "group" never lands in a v1 "groups"); unknown fields are ignored so newer
-// kube-apiservers that add fields keep working.
-func decodeInto(body []byte, into any, what string) *statusError {
-	if err := kjson.UnmarshalCaseSensitivePreserveInts(body, into); err != nil {
-		return badRequest("failed to decode %s: %v", what, err)
-	}
-	return nil
 }
 
 var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
@@ -133,22 +169,4 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)
 	_, _ = w.Write(buf.Bytes())
-}
-
-// writeStatus answers err as a metav1.Status, like kube-apiserver.
-func writeStatus(w http.ResponseWriter, err *statusError) {
-	writeJSON(w, err.code, &metav1.Status{
-		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Status"},
-		Status:   metav1.StatusFailure,
-		Message:  err.message,
-		Reason:   err.reason,
-		Code:     int32(err.code),
-	})
-}
-
-func unsupportedType(tm typeMeta, want string) *statusError {
-	if tm.APIVersion == "" || tm.Kind == "" {
-		return badRequest("apiVersion and kind are required: send %s", want)
-	}
-	return badRequest("unsupported apiVersion/kind %q/%q: this endpoint accepts %s", tm.APIVersion, tm.Kind, want)
 }

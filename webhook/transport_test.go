@@ -360,6 +360,11 @@ func TestReviewEndpointsRejectClientMistakes(t *testing.T) {
 			wantMessage: "failed to decode <kind>: json: cannot unmarshal string into Go struct field <gotype>.<top> of type <toptype>",
 		},
 		{
+			name: "another kind whose input has the wrong JSON type is answered as another kind", body: `{"apiVersion":"v1","kind":"Pod","<top>":"yes"}`,
+			wantCode: 400, wantReason: metav1.StatusReasonBadRequest,
+			wantMessage: `unsupported apiVersion/kind "v1"/"Pod": this endpoint accepts <accepts>`,
+		},
+		{
 			name: "a text/plain body is an unsupported media type", contentType: "text/plain", body: "<valid>",
 			wantCode: 415, wantReason: metav1.StatusReasonUnsupportedMediaType,
 			wantMessage: `unsupported content type "text/plain": send application/json`,

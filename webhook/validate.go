@@ -16,6 +16,9 @@ const (
 	arKind    = "AdmissionReview"
 )
 
+var admissionReviewType = reviewType{kind: arKind, v1: arV1, v1beta1: arV1beta1,
+	limit: maxAdmissionReviewBytes, accepts: "admission.k8s.io/v1 or v1beta1 AdmissionReview"}
+
 // ValidateHandler answers AdmissionReviews (POST /validate) with a
 // controller-runtime admission.Handler run through admission.Webhook.Handle,
 // which recovers panics and completes the response (uid copied, patch type).
@@ -35,25 +38,11 @@ func NewValidateHandler(h admission.Handler, m *Metrics, log *slog.Logger) *Vali
 	return &ValidateHandler{Webhook: &admission.Webhook{Handler: h}, Metrics: m, Log: log}
 }
 
+// ServeHTTP implements http.Handler.
 func (h *ValidateHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, serr := readReviewBody(w, r, maxAdmissionReviewBytes)
-	if serr != nil {
-		writeStatus(w, serr)
-		return
-	}
-	tm, serr := peekTypeMeta(body)
-	if serr != nil {
-		writeStatus(w, serr)
-		return
-	}
-	if tm.Kind != arKind || (tm.APIVersion != arV1 && tm.APIVersion != arV1beta1) {
-		writeStatus(w, unsupportedType(tm, "admission.k8s.io/v1 or v1beta1 AdmissionReview"))
-		return
-	}
 	// v1beta1 and v1 AdmissionReview have the same JSON shape.
 	var review admissionv1.AdmissionReview
-	if serr := decodeInto(body, &review, "AdmissionReview"); serr != nil {
-		writeStatus(w, serr)
+	if !decodeReview(w, r, &admissionReviewType, &review, &review.TypeMeta) {
 		return
 	}
 	if review.Request == nil {
@@ -83,7 +72,7 @@ func (h *ValidateHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"user", review.Request.UserInfo.Username, "message", msg)
 	}
 
-	if tm.APIVersion == arV1 {
+	if review.APIVersion == arV1 {
 		writeJSON(w, http.StatusOK, &admissionv1.AdmissionReview{
 			TypeMeta: metav1.TypeMeta{APIVersion: arV1, Kind: arKind}, Response: &resp.AdmissionResponse,
 		})

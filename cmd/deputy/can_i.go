@@ -17,7 +17,8 @@ import (
 	deputyauthz "deputy.dev/deputy/authorizer"
 	"deputy.dev/deputy/config"
 	"deputy.dev/deputy/policy"
-	"deputy.dev/deputy/webhook"
+	"deputy.dev/deputy/policy/clustersource"
+	"deputy.dev/deputy/serve"
 )
 
 type canIFlags struct {
@@ -83,7 +84,7 @@ system:serviceaccounts:NS for a ServiceAccount user).`,
 				fmt.Fprintf(cmd.ErrOrStderr(), "note: %s\n", note)
 			}
 			// The impersonation gate answers first, as in deputy serve.
-			gateOpts, err := deputyauthz.GateOptionsFrom(cfg.Authorization.Impersonation)
+			gateOpts, err := serve.GateOptions(cfg.Authorization.Impersonation)
 			if err != nil {
 				return err
 			}
@@ -381,11 +382,11 @@ const clusterSyncTimeout = time.Minute
 // Errors: the kubeconfig cannot be loaded, or the lists did not complete
 // within clusterSyncTimeout (with the last list error, e.g. forbidden).
 func readCluster(ctx context.Context, c config.Cluster) (*policy.ClusterState, error) {
-	restCfg, err := webhook.ClusterRESTConfig(c)
+	restCfg, err := c.RESTConfig()
 	if err != nil {
 		return nil, err
 	}
-	src, err := policy.NewClusterSource(restCfg, policy.ClusterSourceOptions{})
+	src, err := clustersource.New(restCfg, clustersource.Options{})
 	if err != nil {
 		return nil, err
 	}

@@ -9,14 +9,14 @@ import (
 	"os/signal"
 	"syscall"
 
-	"deputy.dev/deputy/syncer"
+	"deputy.dev/deputy/syncer/source"
 )
 
 func main() {
-	// deputy starts itself again as a render worker for every kustomize
-	// build (syncer/render_worker.go): before anything else.
-	if syncer.IsRenderWorker() {
-		os.Exit(syncer.RenderWorkerMain())
+	// deputy starts itself again as a render worker for every render
+	// (syncer/source/render_worker.go): before anything else.
+	if source.IsRenderWorker() {
+		os.Exit(source.RenderWorkerMain())
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

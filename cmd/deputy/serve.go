@@ -18,7 +18,7 @@ import (
 	"deputy.dev/deputy/certs"
 	"deputy.dev/deputy/config"
 	"deputy.dev/deputy/examples"
-	"deputy.dev/deputy/webhook"
+	"deputy.dev/deputy/serve"
 )
 
 // serveFunc runs the server with a complete, valid configuration.
@@ -190,7 +190,7 @@ func runServe(ctx context.Context, cfg *config.DeputyConfiguration, out io.Write
 	log := newLogger(cfg.Logging, os.Stderr)
 	ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
 	klog.SetSlogLogger(log)
-	return webhook.Run(ctx, cfg, log, func(s webhook.Serving) {
+	return serve.Run(ctx, cfg, log, func(s serve.Serving) {
 		printHints(out, s)
 	})
 }
@@ -206,7 +206,7 @@ func newLogger(c config.Logging, w io.Writer) *slog.Logger {
 
 // printHints tells a newcomer what to do next: working curl lines against the
 // example policy and the command that points a kube-apiserver at deputy.
-func printHints(out io.Writer, s webhook.Serving) {
+func printHints(out io.Writer, s serve.Serving) {
 	url := "https://" + s.Addr.String()
 	fmt.Fprintf(out, "deputy is serving on %s\n", url)
 	if s.CertDir == "" {

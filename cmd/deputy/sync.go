@@ -13,16 +13,19 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"deputy.dev/deputy/apiclient"
 	"deputy.dev/deputy/certs"
 	"deputy.dev/deputy/config"
+	"deputy.dev/deputy/internal/secretfile"
 	"deputy.dev/deputy/policy/v1alpha1"
-	"deputy.dev/deputy/syncer"
-	"deputy.dev/deputy/webhook"
 )
 
 // tokenEnv holds a bearer token for `deputy sync`, the alternative to
 // --token-file (for CI, where the token is a masked variable).
 const tokenEnv = "DEPUTY_TOKEN"
+
+// maxTokenFileBytes bounds --token-file: a bearer token (a JWT of a few KiB).
+const maxTokenFileBytes = 64 << 10
 
 // defaultServer is where `deputy serve` listens by default.
 const defaultServer = "https://" + config.DefaultListen
@@ -97,8 +100,8 @@ func parseAppRef(ref string) (string, string, error) {
 }
 
 // syncClientOptions resolves the credentials (see the command's help).
-func syncClientOptions(cmd *cobra.Command, f *syncFlags) (webhook.APIClientOptions, error) {
-	opts := webhook.APIClientOptions{Server: f.server, CAFile: f.caCert}
+func syncClientOptions(cmd *cobra.Command, f *syncFlags) (apiclient.Options, error) {
+	opts := apiclient.Options{Server: f.server, CAFile: f.caCert}
 	changed := cmd.Flags().Changed
 	if !changed("cacert") && !fileExists(f.caCert) {
 		opts.CAFile = "" // no development CA here: the system roots
@@ -108,11 +111,11 @@ func syncClientOptions(cmd *cobra.Command, f *syncFlags) (webhook.APIClientOptio
 	case f.tokenFile != "" && explicitCert:
 		return opts, errors.New("use --token-file or --client-cert/--client-key, not both")
 	case f.tokenFile != "":
-		data, err := os.ReadFile(f.tokenFile)
+		data, err := secretfile.ReadTrimmed(f.tokenFile, maxTokenFileBytes)
 		if err != nil {
 			return opts, fmt.Errorf("failed to read --token-file: %w", err)
 		}
-		if opts.Token = strings.TrimSpace(string(data)); opts.Token == "" {
+		if opts.Token = string(data); opts.Token == "" {
 			return opts, fmt.Errorf("--token-file %s is empty", f.tokenFile)
 		}
 	case explicitCert:
@@ -148,7 +151,7 @@ func runSync(cmd *cobra.Command, ref string, f *syncFlags) error {
 	if err != nil {
 		return err
 	}
-	client, err := webhook.NewAPIClient(opts)
+	client, err := apiclient.New(opts)
 	if err != nil {
 		return err
 	}
@@ -165,8 +168,8 @@ func runSync(cmd *cobra.Command, ref string, f *syncFlags) error {
 		fmt.Fprintf(out, "sync of %s/%s started (%s)\n", ns, name, started.Phase)
 		return nil
 	}
-	final, err := client.Watch(ctx, ns, name, func(ev syncer.Event) error {
-		if f.output == "" && ev.Type == syncer.EventResource && ev.Resource != nil {
+	final, err := client.Watch(ctx, ns, name, func(ev v1alpha1.OperationEvent) error {
+		if f.output == "" && ev.Type == v1alpha1.OperationEventResource && ev.Resource != nil {
 			fmt.Fprintln(out, resourceLine(ev.Resource))
 		}
 		return nil
@@ -219,14 +222,14 @@ func finalLine(s *v1alpha1.OperationState) string {
 }
 
 // outOfSyncLines say, after a sync that leaves the Application OutOfSync
-// (syncer.SyncStatusAfter), which objects it tracks but no longer renders
+// (v1alpha1.SyncStatusAfter), which objects it tracks but no longer renders
 // are still there, and how to delete them.
 func outOfSyncLines(final *v1alpha1.OperationState) []string {
-	st, ok := syncer.SyncStatusAfter(final)
+	st, ok := v1alpha1.SyncStatusAfter(final)
 	if !ok || st.Status != v1alpha1.SyncStatusCodeOutOfSync {
 		return nil
 	}
-	left := syncer.PruneSkipped(final)
+	left := v1alpha1.PruneSkipped(final)
 	hint := "sync with --prune to delete them"
 	if final.Operation.Sync != nil && final.Operation.Sync.Prune {
 		hint = "each line says why prune left it"
@@ -255,12 +258,12 @@ var devCAFile = filepath.Join(config.DefaultCertDir, certs.CACertFile)
 
 // explainAPIError adds what to do to deputy's refusals and to an untrusted
 // serving certificate.
-func explainAPIError(err error, opts webhook.APIClientOptions) error {
-	var certErr *webhook.CertificateError
+func explainAPIError(err error, opts apiclient.Options) error {
+	var certErr *apiclient.CertificateError
 	if errors.As(err, &certErr) {
 		return explainCertificateError(certErr)
 	}
-	var apiErr *webhook.APIError
+	var apiErr *apiclient.StatusError
 	if !errors.As(err, &apiErr) {
 		return err
 	}
@@ -286,7 +289,7 @@ func explainAPIError(err error, opts webhook.APIClientOptions) error {
 
 // explainCertificateError says how to make deputy's serving certificate
 // verify: --cacert with the CA that signed it, and where that CA is.
-func explainCertificateError(e *webhook.CertificateError) error {
+func explainCertificateError(e *apiclient.CertificateError) error {
 	if !e.UnknownAuthority() {
 		return fmt.Errorf("%w\n(the certificate must name the host of --server and be valid now: "+
 			"renew it with deputy certs init --dir DIR --hosts HOST, or use --server with a host it names)", e)

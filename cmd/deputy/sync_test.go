@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apiserver/pkg/authorization/union"
 
+	"deputy.dev/deputy/apps"
 	deputyauthz "deputy.dev/deputy/authorizer"
 	"deputy.dev/deputy/certs"
 	"deputy.dev/deputy/policy"
@@ -116,7 +117,8 @@ func startSyncServer(t *testing.T, cert *tls.Certificate, clientCA *x509.CertPoo
 	}
 	current := func() *policy.Snapshot { return snap }
 	runner := &cliRunner{}
-	ops := syncer.NewOperations(runner, syncer.OperationsOptions{Logger: slog.New(slog.DiscardHandler)})
+	ops := apps.NewFile(apps.FileOptions{Snapshot: current, ProjectNamespaces: []string{"guestbook"}, Runner: runner,
+		Logger: slog.New(slog.DiscardHandler)})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -142,8 +144,7 @@ func startSyncServer(t *testing.T, cert *tls.Certificate, clientCA *x509.CertPoo
 			Tokens: tokenreview.NewChain(auds, func() *policy.TokenSet { return snap.TokenSetOf() }), ClientCA: verify}),
 		APIAudiences: auds,
 		Authorizer:   apiAuthz,
-		Applications: webhook.SnapshotApplications(current, []string{"guestbook"}),
-		Operations:   ops,
+		Applications: ops,
 	})
 	srv := httptest.NewUnstartedServer(h)
 	srv.TLS = &tls.Config{ClientAuth: tls.RequestClientCert, MinVersion: tls.VersionTLS12}

@@ -152,7 +152,7 @@ type OperationState struct {
 	// RetryCount (Argo CD's field) is how many times the operation was
 	// started again after the leader running it stopped before it ended
 	// (cluster mode). The leader records it before it runs the operation;
-	// one started syncer.MaxOperationAttempts times without ending is ended
+	// one started apps.MaxOperationAttempts times without ending is ended
 	// in Error instead of being run again.
 	RetryCount int64 `json:"retryCount,omitempty"`
 }

@@ -17,8 +17,8 @@ import (
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	aggregator "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 
+	"deputy.dev/deputy/apps"
 	"deputy.dev/deputy/policy/v1alpha1"
-	"deputy.dev/deputy/syncer"
 	"deputy.dev/deputy/test/framework"
 )
 
@@ -37,7 +37,7 @@ const (
 	aggregatedNamespace   = "e2e-main-deputy" // the e2e deputy's sync.applicationNamespaces
 )
 
-var appProjectsResource = syncer.ApplicationsResource.GroupVersion().WithResource("appprojects")
+var appProjectsResource = apps.ApplicationsResource.GroupVersion().WithResource("appprojects")
 
 func kubectlAs(t *testing.T, token string, stdin []byte, args ...string) (string, error) {
 	t.Helper()

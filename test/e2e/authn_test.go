@@ -24,7 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
-	"deputy.dev/deputy/syncer"
+	"deputy.dev/deputy/apps"
 	"deputy.dev/deputy/test/framework"
 )
 
@@ -199,7 +199,7 @@ func authnProject(t *testing.T, ns, name string, roles ...string) {
 	t.Cleanup(func() { _ = res.Delete(context.Background(), name, metav1.DeleteOptions{}) })
 }
 
-var authnAppProjects = syncer.ApplicationsResource.GroupVersion().WithResource("appprojects")
+var authnAppProjects = apps.ApplicationsResource.GroupVersion().WithResource("appprojects")
 
 // authnApplication creates the Application ns/name of project (its
 // repository does not exist: the tests only start dry-run syncs and do not
@@ -215,7 +215,7 @@ func authnApplication(t *testing.T, ns, name, project string) {
 			"destination": map[string]any{"server": inCluster, "namespace": ns},
 		},
 	}}
-	res := dynamic.NewForConfigOrDie(cp.Admin).Resource(syncer.ApplicationsResource).Namespace(ns)
+	res := dynamic.NewForConfigOrDie(cp.Admin).Resource(apps.ApplicationsResource).Namespace(ns)
 	if _, err := res.Create(t.Context(), u, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatalf("create Application %s/%s: %v", ns, name, err)
 	}

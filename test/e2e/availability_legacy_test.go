@@ -24,6 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	certutil "k8s.io/client-go/util/cert"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"deputy.dev/deputy/certs"
@@ -188,7 +189,7 @@ func startReviewRecorder(t *testing.T, target, certDir string) *reviewRecorder {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool, err := certs.LoadCertPool(filepath.Join(certDir, certs.CACertFile))
+	pool, err := certutil.NewPool(filepath.Join(certDir, certs.CACertFile))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 
+	"deputy.dev/deputy/apps"
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer"
 	"deputy.dev/deputy/test/framework"
@@ -130,7 +131,7 @@ func applyDeputyProject(t *testing.T) {
 		},
 	}}
 	dyn := dynamic.NewForConfigOrDie(cp.Admin)
-	gvr := syncer.ApplicationsResource.GroupVersion().WithResource("appprojects")
+	gvr := apps.ApplicationsResource.GroupVersion().WithResource("appprojects")
 	if _, err := dyn.Resource(gvr).Namespace("deputy-system").Create(t.Context(), u, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatalf("create AppProject ha: %v", err)
 	}
@@ -209,7 +210,7 @@ func waitLeader(t *testing.T, name string) {
 }
 
 func applicationsClient() dynamic.NamespaceableResourceInterface {
-	return dynamic.NewForConfigOrDie(cp.Admin).Resource(syncer.ApplicationsResource)
+	return dynamic.NewForConfigOrDie(cp.Admin).Resource(apps.ApplicationsResource)
 }
 
 func createApplication(t *testing.T, app *v1alpha1.Application) {

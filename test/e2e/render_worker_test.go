@@ -3,7 +3,7 @@ package e2e
 import (
 	"os"
 
-	"deputy.dev/deputy/syncer"
+	"deputy.dev/deputy/syncer/source"
 )
 
 // The tests' in-process sync engines (sync_test.go) render through render
@@ -11,7 +11,7 @@ import (
 // TestMain starts anything (a control plane). An init function rather than
 // a line in TestMain, so that no worker ever reaches TestMain.
 func init() {
-	if syncer.IsRenderWorker() {
-		os.Exit(syncer.RenderWorkerMain())
+	if source.IsRenderWorker() {
+		os.Exit(source.RenderWorkerMain())
 	}
 }

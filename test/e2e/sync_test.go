@@ -27,6 +27,7 @@ import (
 
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer"
+	"deputy.dev/deputy/syncer/source"
 	"deputy.dev/deputy/test/framework"
 )
 
@@ -172,12 +173,14 @@ func newSyncEngine(t *testing.T, imp syncer.ImpersonationSettings) (*syncer.Engi
 	t.Helper()
 	logs := &logLines{}
 	e, err := syncer.NewEngine(syncer.EngineOptions{
-		Clusters:      syncer.StaticClusters{Config: controllerConfig(t)},
+		Clusters:      syncer.NewClusterRegistry(syncer.InCluster(controllerConfig(t))),
 		Impersonation: imp,
-		CacheDir:      t.TempDir(),
-		// The tests' repositories are local directories under repoRoot.
-		LocalRepositories: []string{repoRoot},
-		Logger:            logs.logger(t),
+		Source: source.Options{
+			CacheDir: t.TempDir(),
+			// The tests' repositories are local directories under repoRoot.
+			LocalRepositories: []string{repoRoot},
+		},
+		Logger: logs.logger(t),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -651,7 +654,7 @@ func TestSyncPruneDeletesOnlyWhatItTracks(t *testing.T) {
 			r.Status != v1alpha1.ResultCodePruneSkipped || r.Message != "would be pruned (prune is off)" {
 			t.Fatalf("%s", describe(st))
 		}
-		if sync, ok := syncer.SyncStatusAfter(st); !ok || sync.Status != v1alpha1.SyncStatusCodeOutOfSync {
+		if sync, ok := v1alpha1.SyncStatusAfter(st); !ok || sync.Status != v1alpha1.SyncStatusCodeOutOfSync {
 			t.Errorf("sync status after it: %+v (%v), want OutOfSync", sync, ok)
 		}
 		if _, err := cs.CoreV1().ConfigMaps(ns).Get(t.Context(), "remove", metav1.GetOptions{}); err != nil {

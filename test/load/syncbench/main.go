@@ -29,6 +29,7 @@ import (
 
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer"
+	"deputy.dev/deputy/syncer/source"
 )
 
 // Result is what syncbench prints.
@@ -47,8 +48,8 @@ type Result struct {
 
 func main() {
 	// The engine renders in render workers: this binary started again.
-	if syncer.IsRenderWorker() {
-		os.Exit(syncer.RenderWorkerMain())
+	if source.IsRenderWorker() {
+		os.Exit(source.RenderWorkerMain())
 	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "syncbench:", err)
@@ -98,11 +99,10 @@ func run() error {
 		local = []string{filepath.Dir(*repo)}
 	}
 	engine, err := syncer.NewEngine(syncer.EngineOptions{
-		Clusters:          syncer.StaticClusters{Config: cfg},
-		Impersonation:     syncer.ImpersonationSettings{Enabled: true, Enforced: true},
-		CacheDir:          *cacheDir,
-		Parallelism:       *parallelism,
-		LocalRepositories: local,
+		Clusters:      syncer.NewClusterRegistry(syncer.InCluster(cfg)),
+		Impersonation: syncer.ImpersonationSettings{Enabled: true, Enforced: true},
+		Source:        source.Options{CacheDir: *cacheDir, LocalRepositories: local},
+		Parallelism:   *parallelism,
 	})
 	if err != nil {
 		return err

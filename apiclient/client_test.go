@@ -1,0 +1,155 @@
+package apiclient_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"deputy.dev/deputy/apiclient"
+	"deputy.dev/deputy/policy/v1alpha1"
+)
+
+func TestNewRefusesWhatIsNotDeputysURL(t *testing.T) {
+	for _, server := range []string{"", "127.0.0.1:8443", "ftp://deputy", "https://"} {
+		if _, err := apiclient.New(apiclient.Options{Server: server}); err == nil || !strings.Contains(err.Error(), "must be deputy's URL") {
+			t.Errorf("server %q: err = %v", server, err)
+		}
+	}
+}
+
+func TestSyncSendsTheOperationAndTheToken(t *testing.T) {
+	var got struct {
+		method, path, auth, accept string
+		op                         v1alpha1.SyncOperation
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.method, got.path, got.auth, got.accept = r.Method, r.URL.Path, r.Header.Get("Authorization"), r.Header.Get("Accept")
+		_ = json.NewDecoder(r.Body).Decode(&got.op)
+		_ = json.NewEncoder(w).Encode(v1alpha1.OperationState{Phase: v1alpha1.OperationRunning})
+	}))
+	defer srv.Close()
+	c, err := apiclient.New(apiclient.Options{Server: srv.URL, Token: "t0ken"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Sync(t.Context(), "team-a", "web", v1alpha1.SyncOperation{Revision: "main", Prune: true})
+	if err != nil || st.Phase != v1alpha1.OperationRunning {
+		t.Fatalf("Sync = %+v, %v", st, err)
+	}
+	if got.method != http.MethodPost || got.path != v1alpha1.APIPath+"/namespaces/team-a/applications/web/sync" {
+		t.Errorf("request %s %s", got.method, got.path)
+	}
+	if got.auth != "Bearer t0ken" || !strings.Contains(got.accept, v1alpha1.OperationStreamContentType) {
+		t.Errorf("headers Authorization %q, Accept %q", got.auth, got.accept)
+	}
+	if got.op.Revision != "main" || !got.op.Prune {
+		t.Errorf("operation sent %+v", got.op)
+	}
+}
+
+func TestRefusalsAreStatusErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		code       int
+		want       string
+	}{
+		{"deputy's Status is kept as it is", `{"kind":"Status","status":"Failure","code":403,"message":"forbidden: bob"}`, 403, "forbidden: bob"},
+		{"another body is quoted with the status line", "upstream proxy broke\n", 502, "deputy answered 502 Bad Gateway: upstream proxy broke"},
+		{"an empty body gets the status text", "", 404, "deputy answered 404 Not Found: Not Found"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				w.WriteHeader(tc.code)
+				fmt.Fprint(w, tc.body)
+			}))
+			defer srv.Close()
+			c, err := apiclient.New(apiclient.Options{Server: srv.URL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = c.Sync(t.Context(), "ns", "app", v1alpha1.SyncOperation{})
+			var se *apiclient.StatusError
+			if !errors.As(err, &se) || se.Status.Message != tc.want || int(se.Status.Code) != tc.code {
+				t.Fatalf("err = %#v, want a StatusError %d %q", err, tc.code, tc.want)
+			}
+		})
+	}
+}
+
+func TestWatchReturnsTheFinalState(t *testing.T) {
+	stream := func(events ...v1alpha1.OperationEvent) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Query().Get("watch") != "true" {
+				http.Error(w, "not a watch", http.StatusBadRequest)
+				return
+			}
+			w.Header().Set("Content-Type", v1alpha1.OperationStreamContentType)
+			enc := json.NewEncoder(w)
+			for _, ev := range events {
+				_ = enc.Encode(ev)
+			}
+		})
+	}
+	running := &v1alpha1.OperationState{Phase: v1alpha1.OperationRunning}
+	done := &v1alpha1.OperationState{Phase: v1alpha1.OperationSucceeded}
+	res := &v1alpha1.ResourceResult{Kind: "ConfigMap", Name: "a", Status: "Synced"}
+	for _, tc := range []struct {
+		name      string
+		events    []v1alpha1.OperationEvent
+		wantPhase string
+		wantErr   error
+		wantSeen  int
+	}{
+		{"a stream that ends with a final state returns it", []v1alpha1.OperationEvent{
+			{Type: v1alpha1.OperationEventState, State: running},
+			{Type: v1alpha1.OperationEventResource, Resource: res},
+			{Type: v1alpha1.OperationEventState, State: done},
+		}, v1alpha1.OperationSucceeded, nil, 3},
+		{"a stream cut while running is ErrWatchEnded", []v1alpha1.OperationEvent{
+			{Type: v1alpha1.OperationEventState, State: running},
+		}, v1alpha1.OperationRunning, apiclient.ErrWatchEnded, 1},
+		{"an empty stream is ErrWatchEnded", nil, "", apiclient.ErrWatchEnded, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(stream(tc.events...))
+			defer srv.Close()
+			c, err := apiclient.New(apiclient.Options{Server: srv.URL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen := 0
+			final, err := c.Watch(t.Context(), "ns", "app", func(v1alpha1.OperationEvent) error { seen++; return nil })
+			if !errors.Is(err, tc.wantErr) || seen != tc.wantSeen {
+				t.Fatalf("err = %v (want %v), %d events seen (want %d)", err, tc.wantErr, seen, tc.wantSeen)
+			}
+			phase := ""
+			if final != nil {
+				phase = final.Phase
+			}
+			if phase != tc.wantPhase {
+				t.Errorf("final phase %q, want %q", phase, tc.wantPhase)
+			}
+		})
+	}
+}
+
+func TestAnUntrustedServingCertificateIsACertificateError(t *testing.T) {
+	srv := httptest.NewTLSServer(http.NotFoundHandler())
+	defer srv.Close()
+	c, err := apiclient.New(apiclient.Options{Server: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Sync(t.Context(), "ns", "app", v1alpha1.SyncOperation{})
+	var ce *apiclient.CertificateError
+	if !errors.As(err, &ce) || !ce.UnknownAuthority() || ce.Server != srv.URL || ce.CAFile != "" {
+		t.Fatalf("err = %#v, want a CertificateError of an unknown authority", err)
+	}
+	if !strings.Contains(err.Error(), "does not verify with the system's trusted CAs") {
+		t.Errorf("message %q", err)
+	}
+}

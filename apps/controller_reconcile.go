@@ -1,0 +1,302 @@
+package apps
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	"deputy.dev/deputy/policy"
+	"deputy.dev/deputy/policy/v1alpha1"
+)
+
+// lead is one leadership term: it runs until the Lease is lost or rootCtx
+// ends.
+func (c *Controller) lead(rootCtx, leaderCtx context.Context) {
+	done := make(chan struct{})
+	t := &term{leader: leaderCtx}
+	c.mu.Lock()
+	c.termDone = done
+	c.cleared = map[types.UID]int64{}
+	c.running = map[string]recordedOperation{}
+	c.term = t
+	c.mu.Unlock()
+	defer close(done)
+	defer func() {
+		c.mu.Lock()
+		c.term = nil
+		c.mu.Unlock()
+	}()
+	if rootCtx.Err() != nil {
+		return
+	}
+	c.log.Info("leading syncs: this replica runs operations", "identity", c.identity)
+	c.leading.Store(true)
+	defer c.leading.Store(false)
+	// The moment the Lease is lost this replica stops counting as leader.
+	stopLeading := context.AfterFunc(leaderCtx, func() { c.leading.Store(false) })
+	defer stopLeading()
+
+	ops := NewOperations(c.opts.Runner, OperationsOptions{Workers: c.opts.Workers, Logger: c.opts.Logger,
+		StatusWriter: &statusWriter{c: c, term: t},
+		// Whether or not the final state was written: the Application is
+		// free now, and may record another operation already.
+		OnFinished: func(namespace, name string) {
+			key := appKey(namespace, name)
+			c.mu.Lock()
+			delete(c.running, key)
+			q := c.queue
+			c.mu.Unlock()
+			if q != nil {
+				q.Add(key)
+			}
+		}})
+	c.ops.Store(ops)
+	defer c.ops.Store(nil)
+	queue := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "deputy-applications"})
+	workCtx, stopWork := context.WithCancel(leaderCtx)
+	defer stopWork()
+	// Stopping deputy ends the wait for the informer too: waitTerm (which
+	// holds the Lease until this term returns) must not wait for a cache
+	// that never syncs (CRD missing, RBAC missing).
+	stopOnRoot := context.AfterFunc(rootCtx, stopWork)
+	defer stopOnRoot()
+
+	var wg sync.WaitGroup
+	if cache.WaitForCacheSync(workCtx.Done(), c.informer.HasSynced) {
+		c.mu.Lock()
+		c.queue = queue
+		c.mu.Unlock()
+		c.dueAll(queue)
+		for range reconcileWorkers {
+			wg.Go(func() {
+				for c.processNext(workCtx, ops, queue) {
+				}
+			})
+		}
+		ticker := time.NewTicker(c.opts.ReconcilePeriod)
+	loop:
+		for {
+			select {
+			case <-leaderCtx.Done():
+				break loop
+			case <-rootCtx.Done():
+				break loop
+			case <-ticker.C:
+				c.dueAll(queue)
+			}
+		}
+		ticker.Stop()
+	}
+	c.mu.Lock()
+	c.queue = nil
+	c.mu.Unlock()
+	queue.ShutDown()
+	stopWork()
+	wg.Wait()
+
+	if leaderCtx.Err() == nil {
+		// Graceful stop while leading: let running operations finish, but
+		// only while the Lease is still held: losing it mid-drain cancels
+		// them at once (the next leader runs them again).
+		drain, cancel := context.WithTimeout(leaderCtx, c.opts.ShutdownGrace)
+		defer cancel()
+		t.mu.Lock()
+		t.drain = drain
+		t.mu.Unlock()
+		if err := ops.Shutdown(drain); err != nil {
+			c.log.Warn("operations still running at shutdown were cancelled; the next leader runs them again", "error", err.Error())
+		}
+		return
+	}
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = ops.Shutdown(cancelled)
+}
+
+// dueAll marks every automated Application due for a look and queues it.
+func (c *Controller) dueAll(queue workqueue.TypedRateLimitingInterface[string]) {
+	for _, obj := range c.informer.GetStore().List() {
+		app, ok := obj.(*v1alpha1.Application)
+		if !ok {
+			continue
+		}
+		key := appKey(app.Namespace, app.Name)
+		if automated(app) != nil {
+			c.mu.Lock()
+			c.due[key] = true
+			c.mu.Unlock()
+		}
+		queue.Add(key)
+	}
+}
+
+func (c *Controller) processNext(ctx context.Context, ops *Operations, queue workqueue.TypedRateLimitingInterface[string]) bool {
+	key, shutdown := queue.Get()
+	if shutdown {
+		return false
+	}
+	defer queue.Done(key)
+	if err := c.reconcile(ctx, ops, key); err != nil {
+		if ctx.Err() == nil {
+			c.log.Warn("reconciling the Application failed; retrying", "application", key, "error", err.Error())
+			queue.AddRateLimited(key)
+		}
+		return true
+	}
+	queue.Forget(key)
+	return true
+}
+
+// reconcile runs the operation key's Application records, or decides on an
+// automated sync when one is due.
+func (c *Controller) reconcile(ctx context.Context, ops *Operations, key string) error {
+	app := c.get(key)
+	if app == nil {
+		return nil
+	}
+	if app.Operation != nil && app.Operation.Sync != nil {
+		return c.runRecorded(ctx, ops, app)
+	}
+	c.mu.Lock()
+	due := c.due[key]
+	delete(c.due, key)
+	c.mu.Unlock()
+	if due {
+		return c.autoSync(ctx, app)
+	}
+	return nil
+}
+
+// runRecorded starts the operation app records, unless it runs, is done
+// (only the removal of the field is pending), or is this term's own
+// finished operation seen through a stale cache.
+func (c *Controller) runRecorded(ctx context.Context, ops *Operations, app *v1alpha1.Application) error {
+	key := appKey(app.Namespace, app.Name)
+	if ops.Running(app.Namespace, app.Name) {
+		return nil
+	}
+	c.mu.Lock()
+	clearedAt, seen := c.cleared[app.UID]
+	c.mu.Unlock()
+	if seen && app.Generation <= clearedAt {
+		return nil // this term's own finished operation, seen through a stale cache
+	}
+	st := app.Status.OperationState
+	var retryCount int64
+	if st != nil && st.ObservedGeneration == app.Generation {
+		if st.Phase != v1alpha1.OperationRunning {
+			return c.clearOperation(ctx, app.Namespace, app.Name, recordOf(app))
+		}
+		if attempts := st.RetryCount + 1; attempts >= MaxOperationAttempts {
+			return c.endInterrupted(ctx, app, attempts)
+		}
+		retryCount = st.RetryCount + 1
+		c.log.Info("running an operation again: the leader that started it stopped before it ended",
+			"application", key, "startedAt", st.StartedAt.UTC().Format(time.RFC3339), "retryCount", retryCount)
+	}
+	project, err := c.opts.Projects(app)
+	if errors.Is(err, policy.ErrProjectNotUsable) {
+		now := metav1.Now()
+		final := &v1alpha1.OperationState{
+			Operation: *app.Operation.DeepCopy(), Phase: v1alpha1.OperationError, Message: err.Error(),
+			StartedAt: now, FinishedAt: &now, ObservedGeneration: app.Generation,
+		}
+		rec := recordOf(app)
+		if err := c.writeStatus(ctx, app.Namespace, app.Name, rec, final); err != nil {
+			return err
+		}
+		return c.clearOperation(ctx, app.Namespace, app.Name, rec)
+	}
+	if err != nil {
+		return err
+	}
+	rec := recordOf(app)
+	rec.retryCount = retryCount
+	if retryCount > 0 {
+		// Record the attempt before running it: if this one crashes deputy
+		// too, the next leader must see it.
+		now := metav1.Now()
+		running := &v1alpha1.OperationState{
+			Operation: *app.Operation.DeepCopy(), Phase: v1alpha1.OperationRunning,
+			Message:   fmt.Sprintf("started again after an interruption (attempt %d of at most %d)", retryCount+1, MaxOperationAttempts),
+			StartedAt: now, ObservedGeneration: app.Generation, RetryCount: retryCount,
+		}
+		if err := c.writeStatus(ctx, app.Namespace, app.Name, rec, running); err != nil {
+			return err
+		}
+	}
+	c.mu.Lock()
+	c.running[key] = rec
+	c.mu.Unlock()
+	_, err = ops.Start(ctx, app, project, *app.Operation.Sync, app.Operation.InitiatedBy)
+	if errors.Is(err, ErrOperationInProgress) || errors.Is(err, ErrShuttingDown) {
+		return nil
+	}
+	return err
+}
+
+// endInterrupted ends an operation that was started attempts times without
+// ending (each leader running it stopped or crashed) in Error, and removes
+// it: it is not run again.
+func (c *Controller) endInterrupted(ctx context.Context, app *v1alpha1.Application, attempts int64) error {
+	st := app.Status.OperationState
+	now := metav1.Now()
+	final := &v1alpha1.OperationState{
+		Operation: *app.Operation.DeepCopy(), Phase: v1alpha1.OperationError,
+		Message:   fmt.Sprintf("the operation was interrupted %d times (deputy stopped or crashed while running it, for example on a repository that exceeds its limits) and is not run again: sync again to retry", attempts),
+		StartedAt: st.StartedAt, FinishedAt: &now, ObservedGeneration: app.Generation, RetryCount: st.RetryCount,
+	}
+	c.log.Warn("an operation was interrupted too often; it ends in Error", "application", appKey(app.Namespace, app.Name), "attempts", attempts)
+	rec := recordOf(app)
+	if err := c.writeStatus(ctx, app.Namespace, app.Name, rec, final); err != nil {
+		return err
+	}
+	return c.clearOperation(ctx, app.Namespace, app.Name, rec)
+}
+
+// autoSync requests an automated sync when Git moved since the last
+// successful sync, or always with selfHeal; like Argo CD it does not retry
+// an automated sync of a revision whose last automated sync failed (without
+// selfHeal).
+func (c *Controller) autoSync(ctx context.Context, app *v1alpha1.Application) error {
+	auto := automated(app)
+	if auto == nil {
+		return nil
+	}
+	key := appKey(app.Namespace, app.Name)
+	sha, err := c.opts.Revisions.ResolveRevision(ctx, app)
+	if err != nil {
+		c.log.Warn("automated sync: cannot resolve the target revision", "application", key, "error", err.Error())
+		return nil // looked at again next period
+	}
+	last := app.Status.OperationState
+	switch {
+	case !auto.SelfHeal && app.Status.Sync.Status == v1alpha1.SyncStatusCodeSynced && app.Status.Sync.Revision == sha:
+		return nil
+	case !auto.SelfHeal && app.Status.Sync.Status == v1alpha1.SyncStatusCodeOutOfSync && app.Status.Sync.Revision == sha &&
+		(!auto.Prune || (last != nil && last.Operation.InitiatedBy.Automated && last.Operation.Sync != nil && last.Operation.Sync.Prune &&
+			last.SyncResult != nil && last.SyncResult.Revision == sha)):
+		// Synced to this revision, but objects that prune would delete
+		// remain: an automated sync without prune changes nothing, and one
+		// with prune already left them (Argo CD does not retry either).
+		return nil
+	case !auto.SelfHeal && last != nil && last.Phase != v1alpha1.OperationSucceeded && last.Operation.InitiatedBy.Automated &&
+		last.SyncResult != nil && last.SyncResult.Revision == sha:
+		c.log.Info("automated sync skipped: the last automated sync of this revision failed", "application", key, "revision", sha)
+		return nil
+	}
+	_, err = c.Start(ctx, app, nil, v1alpha1.SyncOperation{Revision: sha, Prune: auto.Prune}, v1alpha1.InitiatedBy{Automated: true})
+	if errors.Is(err, ErrOperationInProgress) || apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,468 @@
+package apps
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"deputy.dev/deputy/policy/v1alpha1"
+	"deputy.dev/deputy/syncer"
+)
+
+// DefaultWorkers is how many operations run at once when OperationsOptions
+// leaves Workers unset (the default of config sync.parallelism).
+const DefaultWorkers = 8
+
+// AuditMessage is the constant message of the one audit line every operation
+// writes when it ends.
+const AuditMessage = "sync operation"
+
+// cancelGrace bounds how long Shutdown waits for cancelled operations to
+// return: a Runner honours its context, but a stuck one must not block exit.
+const cancelGrace = 5 * time.Second
+
+// statusWriteTimeout bounds one StatusWriter call.
+const statusWriteTimeout = 10 * time.Second
+
+// StatusWriter persists an Application's operation state outside the process:
+// the seam for cluster mode, where the state goes to the Application's status
+// subresource. Operations always keeps the latest state in memory and serves
+// it (file mode needs nothing else); a StatusWriter is called in addition,
+// with the Running state when an operation starts and the final state before
+// the operation counts as finished, never concurrently for one Application.
+// An error is logged; the operation goes on.
+type StatusWriter interface {
+	WriteOperationState(ctx context.Context, namespace, name string, state *v1alpha1.OperationState) error
+}
+
+// OperationsOptions configure Operations.
+type OperationsOptions struct {
+	// Workers bounds how many operations (of different Applications) run at
+	// once; the others wait, Running, for a free worker. 0 means
+	// DefaultWorkers.
+	Workers int
+	// Logger receives the audit line of every operation and engine faults.
+	Logger *slog.Logger
+	// StatusWriter, if set, persists every state change (cluster mode).
+	StatusWriter StatusWriter
+	// OnFinished, if set, is called after an operation has ended and its
+	// Application is free for the next one (cluster mode: look at the
+	// Application again, an operation may have been recorded meanwhile).
+	OnFinished func(namespace, name string)
+}
+
+// Operations is the operations queue: at most one operation per Application
+// at a time, at most Workers at once in total, the latest OperationState of
+// every Application in memory, and progress events for watchers. It runs each
+// operation with a Runner (the Engine). Safe for concurrent use.
+type Operations struct {
+	runner syncer.Runner
+	log    *slog.Logger
+	writer StatusWriter
+	// onFinished: see OperationsOptions.OnFinished.
+	onFinished func(namespace, name string)
+	slots      chan struct{}
+	workers    int
+
+	base   context.Context // parent of every operation; cancelled by Shutdown
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	closed bool
+	apps   map[string]*appOperations // namespace/name
+}
+
+// appOperations is the queue's record of one Application.
+type appOperations struct {
+	state    *v1alpha1.OperationState // latest; owned by Operations, copied out
+	running  bool
+	gen      uint64 // operation counter; progress of an earlier operation is ignored
+	watchers map[*watcher]struct{}
+}
+
+// NewOperations returns an operations queue that runs operations with runner.
+func NewOperations(runner syncer.Runner, opts OperationsOptions) *Operations {
+	workers := opts.Workers
+	if workers <= 0 {
+		workers = DefaultWorkers
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	base, cancel := context.WithCancel(context.Background())
+	return &Operations{
+		runner: runner, log: log, writer: opts.StatusWriter, onFinished: opts.OnFinished,
+		slots: make(chan struct{}, workers), workers: workers,
+		base: base, cancel: cancel,
+		apps: map[string]*appOperations{},
+	}
+}
+
+// Start queues a sync of app governed by project (either may be read by the
+// engine; Start passes it copies) and returns at once with the operation's
+// Running state. The operation runs in the background, outliving ctx (whose
+// values it keeps) until it ends or Shutdown cancels it; when it ends, its
+// final state is kept as the Application's latest and one audit line is
+// written.
+//
+// Errors: ErrOperationInProgress while an operation of the same Application
+// runs, ErrShuttingDown after Shutdown, ctx's error when ctx has ended, and an
+// error for a nil app or project (look the project up first: the deputy.dev
+// AppProject named spec.project in the Application's namespace).
+func (o *Operations) Start(ctx context.Context, app *v1alpha1.Application, project *v1alpha1.AppProject, op v1alpha1.SyncOperation, initiatedBy v1alpha1.InitiatedBy) (*v1alpha1.OperationState, error) {
+	if app == nil || project == nil {
+		return nil, errors.New("failed to start a sync: an Application and its AppProject are required")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	key := appKey(app.Namespace, app.Name)
+	opCopy := op
+	state := &v1alpha1.OperationState{
+		Operation: v1alpha1.Operation{Sync: &opCopy, InitiatedBy: initiatedBy},
+		Phase:     v1alpha1.OperationRunning,
+		StartedAt: metav1.Now(),
+		// The generation that recorded the operation (cluster mode): see
+		// OperationState.ObservedGeneration.
+		ObservedGeneration: app.Generation,
+	}
+	req := syncer.Request{Application: app.DeepCopy(), Project: project.DeepCopy(), Sync: op, InitiatedBy: initiatedBy}
+
+	o.mu.Lock()
+	if o.closed {
+		o.mu.Unlock()
+		return nil, ErrShuttingDown
+	}
+	a := o.apps[key]
+	if a == nil {
+		a = &appOperations{}
+		o.apps[key] = a
+	}
+	if a.running {
+		o.mu.Unlock()
+		return nil, ErrOperationInProgress
+	}
+	a.running, a.state, a.gen = true, state, a.gen+1
+	a.watchers = map[*watcher]struct{}{}
+	gen := a.gen
+	out := state.DeepCopy()
+	o.wg.Add(1)
+	o.mu.Unlock()
+
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(o.base, cancel)
+	go func() {
+		defer o.wg.Done()
+		defer cancel()
+		defer stop()
+		o.run(runCtx, key, gen, req, state.DeepCopy())
+	}()
+	return out, nil
+}
+
+// run waits for a worker, runs the operation and records its end.
+func (o *Operations) run(ctx context.Context, key string, gen uint64, req syncer.Request, started *v1alpha1.OperationState) {
+	o.writeStatus(key, started)
+	var final *v1alpha1.OperationState
+	select {
+	case o.slots <- struct{}{}:
+	default:
+		o.update(key, gen, func(s *v1alpha1.OperationState) {
+			s.Message = fmt.Sprintf("waiting for a free sync worker (all %d busy; sync.parallelism)", o.workers)
+		})
+		select {
+		case o.slots <- struct{}{}:
+			o.update(key, gen, func(s *v1alpha1.OperationState) { s.Message = "" })
+		case <-ctx.Done():
+			final = started.DeepCopy()
+			final.Phase, final.Message = v1alpha1.OperationError, "operation cancelled before it started: deputy is shutting down"
+		}
+	}
+	if final == nil {
+		func() {
+			defer func() { <-o.slots }()
+			final = o.runSafely(ctx, req, o.progress(key, gen))
+		}()
+	}
+	o.finish(key, gen, req, started, final)
+}
+
+// runSafely calls the Runner and turns a panic (a bug: the contract says it
+// never panics) into an Error state instead of a crashed server.
+func (o *Operations) runSafely(ctx context.Context, req syncer.Request, progress syncer.Progress) (st *v1alpha1.OperationState) {
+	defer func() {
+		if v := recover(); v != nil {
+			o.log.Error("sync engine panicked", "application", appKey(req.Application.Namespace, req.Application.Name),
+				"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			st = &v1alpha1.OperationState{Phase: v1alpha1.OperationError, Message: "the sync engine failed unexpectedly; see deputy's log"}
+		}
+	}()
+	return o.runner.Run(ctx, req, progress)
+}
+
+// update changes the current operation's state (if it is still gen) and
+// sends it to the watchers.
+func (o *Operations) update(key string, gen uint64, f func(*v1alpha1.OperationState)) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	a := o.apps[key]
+	if a == nil || !a.running || a.gen != gen {
+		return
+	}
+	f(a.state)
+	a.broadcast(v1alpha1.OperationEvent{Type: v1alpha1.OperationEventState, State: a.state.DeepCopy()}, false)
+}
+
+// progress is the Progress the Runner gets: it records what the engine
+// reports and fans it out, without blocking (watchers have their own queues).
+func (o *Operations) progress(key string, gen uint64) syncer.Progress {
+	return func(state *v1alpha1.OperationState, resource *v1alpha1.ResourceResult) {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		a := o.apps[key]
+		if a == nil || !a.running || a.gen != gen {
+			return // reported after the operation ended: a Runner bug, ignored
+		}
+		if state != nil {
+			s := state.DeepCopy()
+			inherit(s, a.state)
+			a.state = s
+			// The operation ends when Run returns; a final phase reported
+			// earlier is recorded but not announced, so that the last state
+			// a watcher sees is the one Run returned.
+			if s.Phase == v1alpha1.OperationRunning {
+				a.broadcast(v1alpha1.OperationEvent{Type: v1alpha1.OperationEventState, State: s.DeepCopy()}, false)
+			}
+		}
+		if resource != nil {
+			r := resource.DeepCopy()
+			upsertResource(a.state, r)
+			a.broadcast(v1alpha1.OperationEvent{Type: v1alpha1.OperationEventResource, Resource: r}, false)
+		}
+	}
+}
+
+// inherit fills what the engine left empty in s from the queue's record prev:
+// the operation, its start, and the resource results seen so far.
+func inherit(s, prev *v1alpha1.OperationState) {
+	if s.Operation.Sync == nil {
+		s.Operation = *prev.Operation.DeepCopy()
+	}
+	if s.StartedAt.IsZero() {
+		s.StartedAt = prev.StartedAt
+	}
+	if s.ObservedGeneration == 0 {
+		s.ObservedGeneration = prev.ObservedGeneration
+	}
+	if s.Phase == "" {
+		s.Phase = v1alpha1.OperationRunning
+	}
+	if (s.SyncResult == nil || len(s.SyncResult.Resources) == 0) && prev.SyncResult != nil {
+		revision := ""
+		if s.SyncResult != nil {
+			revision = s.SyncResult.Revision
+		}
+		s.SyncResult = prev.SyncResult.DeepCopy()
+		if revision != "" {
+			s.SyncResult.Revision = revision
+		}
+	}
+}
+
+func sameResource(a, b *v1alpha1.ResourceResult) bool {
+	return a.Group == b.Group && a.Kind == b.Kind && a.Namespace == b.Namespace && a.Name == b.Name
+}
+
+func upsertResource(s *v1alpha1.OperationState, r *v1alpha1.ResourceResult) {
+	if s.SyncResult == nil {
+		s.SyncResult = &v1alpha1.SyncOperationResult{}
+	}
+	for i, have := range s.SyncResult.Resources {
+		if sameResource(have, r) {
+			s.SyncResult.Resources[i] = r
+			return
+		}
+	}
+	s.SyncResult.Resources = append(s.SyncResult.Resources, r)
+}
+
+// finish normalises the final state, persists it, publishes it to the
+// watchers (closing their streams), frees the Application for the next
+// operation, and writes the audit line.
+func (o *Operations) finish(key string, gen uint64, req syncer.Request, started, final *v1alpha1.OperationState) {
+	o.mu.Lock()
+	var seen *v1alpha1.OperationState
+	if a := o.apps[key]; a != nil && a.gen == gen {
+		seen = a.state.DeepCopy()
+	}
+	o.mu.Unlock()
+	final = normalizeFinal(final, started, seen)
+	// Persist before the Application is free again, so that the next
+	// operation's Running state can never be overwritten by this one's end.
+	o.writeStatus(key, final)
+
+	o.mu.Lock()
+	if a := o.apps[key]; a != nil && a.gen == gen {
+		a.state = final
+		a.running = false
+		a.broadcast(v1alpha1.OperationEvent{Type: v1alpha1.OperationEventState, State: final.DeepCopy()}, true)
+		a.watchers = nil
+	}
+	o.mu.Unlock()
+	o.auditLine(req, final)
+	if o.onFinished != nil {
+		o.onFinished(req.Application.Namespace, req.Application.Name)
+	}
+}
+
+// normalizeFinal enforces the Runner contract on what Run returned: a state
+// (not nil), a final phase, the operation and its start filled, a finish time,
+// and the resource results reported through progress when the engine's final
+// state carries none.
+func normalizeFinal(final, started, seen *v1alpha1.OperationState) *v1alpha1.OperationState {
+	if final == nil {
+		final = &v1alpha1.OperationState{Phase: v1alpha1.OperationError, Message: "the sync engine returned no result"}
+	} else {
+		final = final.DeepCopy()
+	}
+	switch final.Phase {
+	case v1alpha1.OperationSucceeded, v1alpha1.OperationFailed, v1alpha1.OperationError:
+	default:
+		msg := fmt.Sprintf("the sync engine ended the operation in phase %q", final.Phase)
+		if final.Message != "" {
+			msg += ": " + final.Message
+		}
+		final.Phase, final.Message = v1alpha1.OperationError, msg
+	}
+	prev := started
+	if seen != nil {
+		prev = seen
+	}
+	phase := final.Phase
+	inherit(final, prev)
+	final.Phase = phase
+	if final.StartedAt.IsZero() {
+		final.StartedAt = started.StartedAt
+	}
+	if final.FinishedAt == nil {
+		now := metav1.Now()
+		final.FinishedAt = &now
+	}
+	return final
+}
+
+// auditLine writes the one audit line of an operation. It names who asked,
+// the Application, the revision, the identity the cluster saw, the outcome;
+// it carries no credentials (Operations never sees any).
+func (o *Operations) auditLine(req syncer.Request, final *v1alpha1.OperationState) {
+	user := req.InitiatedBy.Username
+	if user == "" && req.InitiatedBy.Automated {
+		user = "automated"
+	}
+	revision := req.Sync.Revision
+	if final.SyncResult != nil && final.SyncResult.Revision != "" {
+		revision = final.SyncResult.Revision
+	} else if revision == "" {
+		revision = req.Application.Spec.Source.TargetRevision
+	}
+	o.log.LogAttrs(context.Background(), slog.LevelInfo, AuditMessage,
+		slog.String("user", user),
+		slog.String("application", appKey(req.Application.Namespace, req.Application.Name)),
+		slog.String("revision", revision),
+		slog.String("identity", final.Identity),
+		slog.String("phase", final.Phase),
+		slog.String("message", final.Message),
+		slog.Bool("dryRun", req.Sync.DryRun),
+		slog.Bool("prune", req.Sync.Prune),
+	)
+}
+
+func (o *Operations) writeStatus(key string, state *v1alpha1.OperationState) {
+	if o.writer == nil {
+		return
+	}
+	ns, name, _ := strings.Cut(key, "/")
+	ctx, cancel := context.WithTimeout(context.Background(), statusWriteTimeout)
+	defer cancel()
+	if err := o.writer.WriteOperationState(ctx, ns, name, state.DeepCopy()); err != nil {
+		if errors.Is(err, errTermEnding) || errors.Is(err, errReplaced) {
+			o.log.Info("operation state not recorded", "application", key, "phase", state.Phase, "reason", err.Error())
+			return
+		}
+		o.log.Error("failed to record the operation state", "application", key, "phase", state.Phase, "error", err.Error())
+	}
+}
+
+// Status returns a copy of the latest OperationState of the Application (the
+// running operation's, or the last one's), and false when it has had none
+// since deputy started.
+func (o *Operations) Status(namespace, name string) (*v1alpha1.OperationState, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	a := o.apps[appKey(namespace, name)]
+	if a == nil || a.state == nil {
+		return nil, false
+	}
+	return a.state.DeepCopy(), true
+}
+
+// ApplicationStatus is the status deputy serves for an Application: the latest
+// OperationState, and a sync status as of that operation (v1alpha1.SyncStatusAfter;
+// Unknown when it tells nothing: deputy does not compare live state between
+// operations yet).
+func (o *Operations) ApplicationStatus(namespace, name string) v1alpha1.ApplicationStatus {
+	st := v1alpha1.ApplicationStatus{Sync: v1alpha1.SyncStatus{Status: v1alpha1.SyncStatusCodeUnknown}}
+	state, ok := o.Status(namespace, name)
+	if !ok {
+		return st
+	}
+	st.OperationState = state
+	if sync, ok := v1alpha1.SyncStatusAfter(state); ok {
+		st.Sync = sync
+	}
+	return st
+}
+
+// Running reports whether an operation of the Application runs.
+func (o *Operations) Running(namespace, name string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	a := o.apps[appKey(namespace, name)]
+	return a != nil && a.running
+}
+
+// Shutdown stops accepting operations and waits for the running ones to end.
+// When ctx ends first, it cancels them and waits up to a few more seconds for
+// their Runners to return.
+//
+// Errors: ctx's error when operations had to be cancelled; an error naming
+// the stuck operations' count when they did not return after cancellation.
+func (o *Operations) Shutdown(ctx context.Context) error {
+	o.mu.Lock()
+	o.closed = true
+	o.mu.Unlock()
+	done := make(chan struct{})
+	go func() { o.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		o.cancel()
+		return nil
+	case <-ctx.Done():
+	}
+	o.cancel()
+	select {
+	case <-done:
+		return fmt.Errorf("running sync operations were cancelled: %w", ctx.Err())
+	case <-time.After(cancelGrace):
+		return fmt.Errorf("running sync operations did not stop within %s of being cancelled", cancelGrace)
+	}
+}

@@ -1,0 +1,108 @@
+package serve
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+
+	"k8s.io/client-go/rest"
+
+	"deputy.dev/deputy/apps"
+	"deputy.dev/deputy/config"
+	"deputy.dev/deputy/policy"
+	"deputy.dev/deputy/syncer"
+)
+
+// LeaseNamespace resolves sync.leaderElection.leaseNamespace: the configured
+// value, else deputy's own namespace (config.OwnNamespace: POD_NAMESPACE, the
+// in-cluster ServiceAccount's namespace, else deputy-system).
+func LeaseNamespace(configured string) string {
+	if configured != "" {
+		return configured
+	}
+	return config.OwnNamespace()
+}
+
+// controllerOptions maps the configuration (sync.* and
+// shutdown.gracePeriod) onto cluster mode's Application controller. state
+// is the cluster's state (AppProjects are resolved in it, in
+// sync.projectNamespaces); served tells whether the Application CRD is
+// served: the controller lists Applications and campaigns for the Lease only
+// while it is.
+func controllerOptions(cfg *config.DeputyConfiguration, restCfg *rest.Config, runner syncer.Runner, revisions syncer.RevisionResolver,
+	state func() *policy.ClusterState, served func() (served, known bool), log *slog.Logger) apps.ControllerOptions {
+	le := cfg.Sync.LeaderElection
+	return apps.ControllerOptions{
+		Config:          rest.CopyConfig(restCfg),
+		Runner:          runner,
+		Revisions:       revisions,
+		Projects:        apps.ClusterProjects(state, cfg.Sync.ProjectNamespaces),
+		Workers:         cfg.Sync.Parallelism,
+		ReconcilePeriod: cfg.Sync.ReconcilePeriod.Duration,
+		ShutdownGrace:   cfg.Shutdown.GracePeriod.Duration,
+		Namespaces:      cfg.Sync.ApplicationNamespaces,
+		LeaderElection: apps.LeaderElectionOptions{
+			Namespace: LeaseNamespace(le.LeaseNamespace), Name: le.LeaseName, Identity: le.Identity,
+			LeaseDuration: le.LeaseDuration.Duration, RenewDeadline: le.RenewDeadline.Duration, RetryPeriod: le.RetryPeriod.Duration,
+		},
+		ApplicationsServed: served,
+		Logger:             log,
+	}
+}
+
+// fileOptions maps the configuration (sync.projectNamespaces,
+// sync.parallelism) onto file mode's Applications over the policy
+// snapshot.
+func fileOptions(cfg *config.DeputyConfiguration, snapshot func() *policy.Snapshot, runner syncer.Runner, log *slog.Logger) apps.FileOptions {
+	return apps.FileOptions{
+		Snapshot:          snapshot,
+		ProjectNamespaces: cfg.Sync.ProjectNamespaces,
+		Runner:            runner,
+		Workers:           cfg.Sync.Parallelism,
+		Logger:            log,
+	}
+}
+
+// startApplications builds deputy's Applications for the run mode and
+// starts them: in cluster mode the Application controller, which runs until
+// ctx ends, while the Application CRD is served (it is stored in the mode
+// before it starts, for the cluster source's OnServedChange), a sync
+// requested here being recorded on the Application for the leader to run; in
+// file mode the Applications of the policy snapshot, synced by this process.
+// stop (the server's BeforeStop) drains the syncs, and in cluster mode
+// releases the sync Lease once ctx has ended, while deputy still answers its
+// webhooks: kube-apiserver may ask deputy to authorize those very requests
+// (impersonated writes, the Lease update). stop may be called more than
+// once.
+//
+// Errors: the controller cannot be built (apps.NewController).
+func startApplications(ctx context.Context, cfg *config.DeputyConfiguration, mode *runMode, snapshot func() *policy.Snapshot,
+	runner syncer.Runner, revisions syncer.RevisionResolver, log *slog.Logger) (applications apps.Applications, stop func(), err error) {
+	if mode.isCluster() {
+		controller, err := apps.NewController(controllerOptions(cfg, mode.restConfig, runner, revisions, mode.cluster.Current, mode.applicationsServed, log))
+		if err != nil {
+			return nil, nil, err
+		}
+		mode.controller.Store(controller)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if err := controller.Run(ctx); err != nil {
+				log.Error("the Application controller stopped; this replica runs no operations", "error", err.Error())
+			}
+		}()
+		// The controller drains and releases the Lease when ctx ends.
+		return controller, func() { <-done }, nil
+	}
+	file := apps.NewFile(fileOptions(cfg, snapshot, runner, log))
+	var drained sync.Once
+	return file, func() {
+		drained.Do(func() {
+			drainCtx, cancel := context.WithTimeout(context.Background(), cfg.Shutdown.GracePeriod.Duration)
+			defer cancel()
+			if err := file.Shutdown(drainCtx); err != nil {
+				log.Error("sync operations did not finish before shutdown", "error", err.Error())
+			}
+		})
+	}, nil
+}

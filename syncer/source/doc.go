@@ -1,0 +1,28 @@
+// Package source gives an Application source's manifests at a revision
+// (Argo CD's spec.source: repoURL, targetRevision, path): it fetches the
+// repository into a bare mirror (one per exact repository URL, with only the
+// configured credentials that cover that URL) or opens a local one under
+// the configured directories, resolves the revision to a commit, and
+// renders the path at that commit (plain YAML/JSON manifests, or kustomize)
+// in a render worker, reading lazily from the Git objects within Limits.
+// Its entry points are New (Options) → Cache, Cache.Render (→ Rendered),
+// Cache.ResolveRevision, CheckSupported, and the render worker hook
+// (IsRenderWorker, RenderWorkerMain). The name is the Application field's,
+// spec.source (policy.FileSource and policy/clustersource are something
+// else: where policy objects are read from).
+//
+// It must not decide what an Application may deploy (the sync engine,
+// package syncer, checks the AppProject and talks to clusters), and must not
+// let a tenant steer what it reads: remote repositories fetched from
+// exactly the Application's URL (http(s) only, one reading: no credentials,
+// dot segments or encoded separators in it), credentials never sent
+// elsewhere or over plain http except to loopback; local repositories only
+// under Options.LocalRepositories, every file access confined to them; no
+// kustomize remote content unless the operator allows it, never exec or KRM
+// function plugins or Helm; every fetch and render bounded (Limits, each
+// exceeded limit a *LimitError naming its configuration field). It must not
+// render in the process it runs in (deputy's, which answers kube-apiserver's
+// webhooks): renders run in render workers, child processes bounded in
+// memory (render_worker.go), and a program that renders through a Cache
+// calls RenderWorkerMain first thing in main when IsRenderWorker.
+package source

@@ -1,0 +1,316 @@
+package source
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/kustomize/api/konfig"
+	"sigs.k8s.io/yaml"
+
+	"deputy.dev/deputy/policy/v1alpha1"
+)
+
+// maxSymlinkDepth bounds how many symbolic links resolving one path may
+// follow (a loop would otherwise never end).
+const maxSymlinkDepth = 16
+
+// Rendered is an Application's manifests at one commit.
+type Rendered struct {
+	// Revision is the commit SHA the manifests come from.
+	Revision string
+	// Objects are the rendered objects, in the render's order (plain
+	// manifests: files in lexical order of their paths, documents in file
+	// order; kustomize: its output's order).
+	Objects []*unstructured.Unstructured
+	// worker is what the render worker reported about itself.
+	worker *workerStats
+}
+
+// Render fetches the source's repository, resolves revision (the
+// operation's override, else the source's targetRevision, else HEAD) and
+// renders the manifests under the source's path at that commit in a render
+// worker (render_worker.go: a child process whose memory is bounded by
+// Limits.MaxRenderMemory; renderCommit there), with the repository locked
+// against a concurrent fetch until the worker has ended. The objects come
+// back within Limits.MaxRenderBytes and MaxObjects.
+//
+// Errors: a Helm source (ErrHelm), a path that leaves the repository, a
+// repository that cannot be opened or fetched (naming it), a revision that
+// does not exist there, a limit exceeded (a *LimitError naming its
+// configuration field), or the render's own error. When the revision was
+// resolved, the returned Rendered carries it even with an error.
+func (c *Cache) Render(ctx context.Context, src v1alpha1.ApplicationSource, revision string) (*Rendered, error) {
+	if err := CheckSupported(src); err != nil {
+		return nil, err
+	}
+	if revision == "" {
+		revision = src.TargetRevision
+	}
+	dir, err := cleanSourcePath(src.Path)
+	if err != nil {
+		return nil, err
+	}
+	opened, err := c.open(ctx, src.RepoURL)
+	if err != nil {
+		return nil, err
+	}
+	defer opened.release()
+
+	commit, err := resolveRevision(opened.repo, revision)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", src.RepoURL, err)
+	}
+	out := &Rendered{Revision: commit.Hash.String()}
+	req := workerRequest{Repo: opened.where, Commit: out.Revision, SourcePath: src.Path, Dir: dir, Limits: c.limits.WithDefaults(), Kustomize: c.kustomize}
+	if d, ok := ctx.Deadline(); ok {
+		req.Deadline = d
+	}
+	out.Objects, out.worker, err = c.worker.run(ctx, req)
+	return out, err
+}
+
+// renderCommit renders the manifests under dir (repository-relative; the
+// Application's spec.source.path is sourcePath) at commit, in a render
+// worker: `kustomize build` when the directory holds a kustomization, else
+// every .yaml, .yml and .json file below it (recursively, hidden files and
+// directories skipped) in lexical order of their paths, every YAML document
+// of each. Everything is read lazily from the Git objects through gitFS,
+// within budget. started is called with workerKustomize or workerManifests
+// once the kind of render is known; each object is passed to emit as JSON.
+func renderCommit(repo *git.Repository, commit *object.Commit, repoURL, sourcePath, dir string, budget *renderBudget, kopts KustomizeOptions, started func(kind string), emit func([]byte) error) error {
+	rev := commit.Hash.String()
+	if err := checkObjectSize(repo, commit.TreeHash, plumbing.TreeObject, "the root tree", budget); err != nil {
+		return err
+	}
+	root, err := commit.Tree()
+	if err != nil {
+		return fmt.Errorf("failed to read the tree of %s: %w", rev, err)
+	}
+	gfs := newGitFS(repo, root, budget)
+	sub, err := gfs.resolve(dir)
+	if err != nil && (isLimitError(err) || budget.ctx.Err() != nil) {
+		return err
+	}
+	if err != nil || !sub.isDir() {
+		return fmt.Errorf("path %q does not exist (or is not a directory) in %s at %s: fix spec.source.path", sourcePath, repoURL, short(rev))
+	}
+	hasKustomization := false
+	for _, name := range konfig.RecognizedKustomizationFileNames() {
+		if n, err := gfs.resolve(path.Join(sub.rel, name)); err == nil && !n.isDir() {
+			hasKustomization = true
+		}
+	}
+	if !hasKustomization {
+		if _, err := sub.tree.FindEntry("Chart.yaml"); err == nil {
+			return fmt.Errorf("path %q holds a Helm chart (Chart.yaml): %w", sourcePath, ErrHelm)
+		}
+		started(workerManifests)
+		objs, err := renderPlain(gfs, sub)
+		if err != nil {
+			return err
+		}
+		for _, o := range objs {
+			data, err := o.MarshalJSON()
+			if err != nil {
+				return fmt.Errorf("failed to encode %s %s: %w", o.GetKind(), o.GetName(), err)
+			}
+			if err := emit(data); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	started(workerKustomize)
+	if kopts.RemoteResources {
+		gfs.disk = kustomizeCloneDirs()
+	}
+	if err := kustomizeBuild(gfs, sub.rel, kopts, emit); err != nil {
+		return fmt.Errorf("%s: %w", renderLabel(workerKustomize, sourcePath, rev), err)
+	}
+	return nil
+}
+
+// renderLabel names a render in errors: "kustomize build PATH at SHA" for
+// kind workerKustomize.
+func renderLabel(kind, sourcePath, rev string) string {
+	switch kind {
+	case workerKustomize:
+		return fmt.Sprintf("kustomize build %s at %s", cmp.Or(sourcePath, "."), short(rev))
+	case workerManifests:
+		return fmt.Sprintf("the manifests under %s at %s", cmp.Or(sourcePath, "."), short(rev))
+	}
+	return fmt.Sprintf("the render of %s at %s", cmp.Or(sourcePath, "."), short(rev))
+}
+
+func short(sha string) string {
+	if len(sha) > 12 {
+		return sha[:12]
+	}
+	return sha
+}
+
+// cleanSourcePath returns the slash-separated path relative to the
+// repository root ("" for the root), refusing one that leaves it.
+func cleanSourcePath(p string) (string, error) {
+	if p == "" || p == "." || p == "/" {
+		return "", nil
+	}
+	c := path.Clean(strings.TrimPrefix(p, "/"))
+	if c == ".." || strings.HasPrefix(c, "../") {
+		return "", fmt.Errorf("spec.source.path %q leaves the repository: use a path inside it", p)
+	}
+	if c == "." {
+		return "", nil
+	}
+	return c, nil
+}
+
+// renderPlain decodes every manifest file below sub: files in lexical order
+// of their paths, symbolic links to files followed inside the repository.
+func renderPlain(gfs *gitFS, sub *node) ([]*unstructured.Unstructured, error) {
+	type file struct {
+		name  string // relative to sub
+		entry object.TreeEntry
+	}
+	var files []file
+	var walk func(t *object.Tree, prefix string) error
+	walk = func(t *object.Tree, prefix string) error {
+		for _, e := range t.Entries {
+			name := path.Join(prefix, e.Name)
+			switch {
+			case strings.HasPrefix(e.Name, "."), e.Mode == filemode.Submodule:
+			case e.Mode == filemode.Dir:
+				child, err := gfs.tree(e.Hash, path.Join(sub.rel, name))
+				if err != nil {
+					return err
+				}
+				if err := walk(child, name); err != nil {
+					return err
+				}
+			case manifestFile(e.Name):
+				files = append(files, file{name, e})
+			}
+		}
+		return nil
+	}
+	if err := walk(sub.tree, ""); err != nil {
+		return nil, err
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].name < files[j].name })
+
+	var objs []*unstructured.Unstructured
+	for _, f := range files {
+		full := path.Join(sub.rel, f.name)
+		n := &node{rel: full, entry: f.entry}
+		if f.entry.Mode == filemode.Symlink {
+			var err error
+			if n, err = gfs.resolve(full); err != nil {
+				if errors.Is(err, fs.ErrNotExist) {
+					return nil, fmt.Errorf("symbolic link %s points to a path that does not exist in the repository", full)
+				}
+				return nil, err
+			}
+			if n.isDir() {
+				return nil, fmt.Errorf("symbolic link %s points to the directory %s: deputy follows links to files only", full, n.rel)
+			}
+		}
+		data, err := gfs.readBlob(full, n.entry, gfs.budget.limits.MaxFileBytes, true)
+		if err != nil {
+			return nil, err
+		}
+		docs, err := decodeManifests(data)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", full, err)
+		}
+		objs = append(objs, docs...)
+		if err := gfs.budget.objects(len(objs)); err != nil {
+			return nil, err
+		}
+	}
+	return objs, nil
+}
+
+func manifestFile(name string) bool {
+	switch strings.ToLower(path.Ext(name)) {
+	case ".yaml", ".yml", ".json":
+		return true
+	}
+	return false
+}
+
+// symlinkTarget resolves a link's target relative to the link's directory
+// and refuses targets outside the repository.
+func symlinkTarget(link, target string) (string, error) {
+	if path.IsAbs(target) {
+		return "", fmt.Errorf("symbolic link %s points to the absolute path %s: links must stay inside the repository", link, target)
+	}
+	p := path.Join(path.Dir(link), target)
+	if p == ".." || strings.HasPrefix(p, "../") {
+		return "", fmt.Errorf("symbolic link %s points to %s, outside the repository: links must stay inside it", link, target)
+	}
+	if p == "." {
+		p = ""
+	}
+	return p, nil
+}
+
+// decodeManifests splits multi-document YAML (or JSON) into objects; empty
+// documents are skipped and a List's items are expanded, as kubectl does.
+func decodeManifests(data []byte) ([]*unstructured.Unstructured, error) {
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	var objs []*unstructured.Unstructured
+	for doc := 1; ; doc++ {
+		raw, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return objs, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("document %d: %w", doc, err)
+		}
+		js, err := yaml.YAMLToJSON(raw)
+		if err != nil {
+			return nil, fmt.Errorf("document %d: %w", doc, err)
+		}
+		if t := bytes.TrimSpace(js); len(t) == 0 || bytes.Equal(t, []byte("null")) {
+			continue
+		}
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(js); err != nil {
+			return nil, fmt.Errorf("document %d is not a Kubernetes object (it needs apiVersion and kind): %w", doc, err)
+		}
+		if u.IsList() {
+			err := u.EachListItem(func(o runtime.Object) error {
+				item, ok := o.(*unstructured.Unstructured)
+				if !ok {
+					return fmt.Errorf("list item of type %T", o)
+				}
+				objs = append(objs, item)
+				return nil
+			})
+			if err != nil {
+				return nil, fmt.Errorf("document %d: %w", doc, err)
+			}
+			continue
+		}
+		if u.GetKind() == "" || u.GetAPIVersion() == "" {
+			return nil, fmt.Errorf("document %d has no apiVersion or kind", doc)
+		}
+		objs = append(objs, u)
+	}
+}

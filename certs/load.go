@@ -113,6 +113,6 @@ func CheckServingHost(dir, host string) error {
 	for _, ip := range leaf.IPAddresses {
 		hosts = append(hosts, ip.String())
 	}
-	return fmt.Errorf("%s covers %s, not %s: kube-apiserver would reject deputy's certificate and, with failurePolicy Deny, deny every request; reissue it with: deputy certs init --dir %s --hosts %s",
+	return fmt.Errorf("%s covers %s, not %s: kube-apiserver would reject deputy's certificate: every impersonation would be denied (failurePolicy Deny) and deputy's other answers ignored; reissue it with: deputy certs init --dir %s --hosts %s",
 		path, strings.Join(hosts, ", "), host, dir, strings.Join(append(hosts, host), ","))
 }

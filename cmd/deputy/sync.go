@@ -282,6 +282,13 @@ func explainAPIError(err error, opts apiclient.Options) error {
 			// A project token's scope, not a missing grant.
 			return fmt.Errorf("%s\n(a project token acts only on its own project's Applications: use that project's token)", apiErr.Status.Message)
 		}
+		if opts.Token == "" && opts.CertFile == filepath.Join(config.DefaultCertDir, certs.ClientCertFile) {
+			// No credential was given: deputy sync fell back to the
+			// development client certificate, whose identity is
+			// kube-apiserver's.
+			return fmt.Errorf("%s\n(no credential given, so deputy sync used the development client certificate %s, which authenticates as kube-apiserver: "+
+				"use your own, e.g. $%s=deputy-demo-alice against make run, or --token-file)", apiErr.Status.Message, opts.CertFile, tokenEnv)
+		}
 		return fmt.Errorf("%s\n(grant verb create on applications/sync and get on applications, group deputy.dev, in deputy's policy)", apiErr.Status.Message)
 	}
 	return err

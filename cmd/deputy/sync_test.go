@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -17,11 +18,14 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authorization/union"
 
+	"deputy.dev/deputy/apiclient"
 	"deputy.dev/deputy/apps"
 	deputyauthz "deputy.dev/deputy/authorizer"
 	"deputy.dev/deputy/certs"
+	"deputy.dev/deputy/config"
 	"deputy.dev/deputy/policy"
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer"
@@ -435,5 +439,22 @@ func TestSyncNamesCacertWhenTheServingCertificateDoesNotVerify(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSyncNamesTheDevelopmentCertificateOn403: with no credential, deputy
+// sync falls back to the development client certificate, whose identity is
+// kube-apiserver's; a 403 then says so and names a credential to use,
+// instead of asking for a policy grant for kube-apiserver.
+func TestSyncNamesTheDevelopmentCertificateOn403(t *testing.T) {
+	forbidden := &apiclient.StatusError{Status: metav1.Status{Code: http.StatusForbidden,
+		Message: `applications.deputy.dev "guestbook" is forbidden: User "kube-apiserver" cannot create resource "applications/sync"`}}
+	dev := apiclient.Options{CertFile: filepath.Join(config.DefaultCertDir, certs.ClientCertFile)}
+	if got := explainAPIError(forbidden, dev).Error(); !strings.Contains(got, "development client certificate") || !strings.Contains(got, tokenEnv+"=deputy-demo-alice") {
+		t.Errorf("with the development certificate: %s", got)
+	}
+	own := apiclient.Options{CertFile: "/etc/me/client.crt"}
+	if got := explainAPIError(forbidden, own).Error(); strings.Contains(got, "development client certificate") || !strings.Contains(got, "grant verb create on applications/sync") {
+		t.Errorf("with an explicit certificate: %s", got)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 
 	policyv1alpha1 "deputy.dev/deputy/policy/v1alpha1"
@@ -164,7 +165,10 @@ func TestDeputyApplicationSchemaMatchesGoType(t *testing.T) {
 	}
 }
 
-var metav1TimeType = reflect.TypeFor[metav1.Time]()
+var (
+	metav1TimeType   = reflect.TypeFor[metav1.Time]()
+	rawExtensionType = reflect.TypeFor[runtime.RawExtension]()
+)
 
 func compareSchema(t *testing.T, path string, typ reflect.Type, s apiextensionsv1.JSONSchemaProps) {
 	t.Helper()
@@ -174,6 +178,12 @@ func compareSchema(t *testing.T, path string, typ reflect.Type, s apiextensionsv
 	if typ == metav1TimeType {
 		if s.Type != "string" || s.Format != "date-time" {
 			t.Errorf("%s: schema type %q format %q, want a date-time string (metav1.Time)", path, s.Type, s.Format)
+		}
+		return
+	}
+	if typ == rawExtensionType {
+		if s.Type != "object" || s.XPreserveUnknownFields == nil || !*s.XPreserveUnknownFields {
+			t.Errorf("%s: schema type %q, want an object with x-kubernetes-preserve-unknown-fields (runtime.RawExtension)", path, s.Type)
 		}
 		return
 	}
@@ -415,7 +425,24 @@ kind: Application
 metadata: {name: guestbook, namespace: guestbook}
 spec:
   project: guestbook
-  source: {repoURL: "https://github.com/argoproj/argocd-example-apps", path: guestbook, targetRevision: HEAD}
+  source:
+    repoURL: "https://github.com/argoproj/argocd-example-apps"
+    path: guestbook
+    targetRevision: HEAD
+    helm:
+      valueFiles: [values-prod.yaml]
+      ignoreMissingValueFiles: true
+      values: "replicas: 2"
+      valuesObject: {image: {tag: v2}}
+      parameters: [{name: image.tag, value: v3, forceString: true}]
+      fileParameters: [{name: config, path: files/config.txt}]
+      releaseName: guestbook
+      namespace: guestbook
+      skipCrds: true
+      skipSchemaValidation: true
+      kubeVersion: "1.37.0"
+      apiVersions: [monitoring.coreos.com/v1]
+      passCredentials: false
   destination: {server: "https://kubernetes.default.svc", namespace: guestbook}
   syncPolicy:
     automated: {prune: true, selfHeal: true}

@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // Application is a set of manifests in Git synced to a destination by deputy's
@@ -46,18 +47,79 @@ type ApplicationSource struct {
 	Path string `json:"path,omitempty"`
 	// TargetRevision is a branch, tag, commit SHA or HEAD (default HEAD).
 	TargetRevision string `json:"targetRevision,omitempty"`
-	// Chart is an Argo CD Helm chart source: not supported by deputy; set,
-	// it fails the operation with a clear error.
+	// Chart is an Argo CD chart source (a chart from a Helm repository or an
+	// OCI registry, with repoURL the repository): not supported yet; set, it
+	// fails the operation with a clear error. A chart held in Git needs no
+	// chart field: its path holds Chart.yaml.
 	Chart string `json:"chart,omitempty"`
-	// Helm holds Argo CD Helm parameters: not supported by deputy.
+	// Helm configures the Helm render of a chart in Git (the path holds
+	// Chart.yaml), with Argo CD's fields and semantics.
 	Helm *HelmSource `json:"helm,omitempty"`
 }
 
-// HelmSource is accepted only to reject it with a clear message.
+// HelmSource is Argo CD's spec.source.helm: how a chart is rendered (as
+// `helm template` does). Values are merged as Helm merges them, later
+// winning: the chart's values.yaml, ValueFiles in order, Values (or
+// ValuesObject, which replaces Values when set), then Parameters whose
+// ForceString is false, Parameters whose ForceString is true, and
+// FileParameters.
 type HelmSource struct {
-	ValueFiles  []string `json:"valueFiles,omitempty"`
-	ReleaseName string   `json:"releaseName,omitempty"`
-	Values      string   `json:"values,omitempty"`
+	// ValueFiles are values files, paths in the repository relative to the
+	// source path (an absolute path is relative to the repository's root);
+	// none may leave the repository. URLs are refused.
+	ValueFiles []string `json:"valueFiles,omitempty"`
+	// IgnoreMissingValueFiles skips a value file that does not exist
+	// instead of failing.
+	IgnoreMissingValueFiles bool `json:"ignoreMissingValueFiles,omitempty"`
+	// Values are values as a YAML string; ignored when ValuesObject is set.
+	Values string `json:"values,omitempty"`
+	// ValuesObject are values as an object; it replaces Values when set.
+	ValuesObject *runtime.RawExtension `json:"valuesObject,omitempty"`
+	// Parameters are `helm template --set NAME=VALUE` (--set-string when
+	// ForceString); a comma in a value is part of the value.
+	Parameters []HelmParameter `json:"parameters,omitempty"`
+	// FileParameters are `helm template --set-file NAME=PATH`: the value is
+	// the content of a file in the repository (paths as ValueFiles').
+	FileParameters []HelmFileParameter `json:"fileParameters,omitempty"`
+	// ReleaseName is the release's name (.Release.Name); default: the
+	// Application's name.
+	ReleaseName string `json:"releaseName,omitempty"`
+	// Namespace is the release's namespace (.Release.Namespace); default:
+	// spec.destination.namespace.
+	Namespace string `json:"namespace,omitempty"`
+	// SkipCrds leaves out the chart's crds/ directory.
+	SkipCrds bool `json:"skipCrds,omitempty"`
+	// SkipSchemaValidation skips the charts' values.schema.json.
+	SkipSchemaValidation bool `json:"skipSchemaValidation,omitempty"`
+	// KubeVersion is .Capabilities.KubeVersion (e.g. "1.37.0"); default:
+	// Helm's default (the destination cluster's in a later version).
+	KubeVersion string `json:"kubeVersion,omitempty"`
+	// APIVersions are .Capabilities.APIVersions ("GROUP/VERSION" or
+	// "GROUP/VERSION/KIND"); default: Helm's defaults.
+	APIVersions []string `json:"apiVersions,omitempty"`
+	// PassCredentials is Argo CD's option to send a Helm repository's
+	// credentials to the hosts its charts are served from. It has no effect:
+	// charts from Git fetch nothing.
+	PassCredentials bool `json:"passCredentials,omitempty"`
+}
+
+// HelmParameter is one `--set` (or `--set-string`) of a Helm render.
+type HelmParameter struct {
+	// Name is the value's path, e.g. image.tag or list[0].name.
+	Name string `json:"name"`
+	// Value is the value, parsed as Helm's --set parses it unless
+	// ForceString.
+	Value string `json:"value,omitempty"`
+	// ForceString keeps the value a string (--set-string).
+	ForceString bool `json:"forceString,omitempty"`
+}
+
+// HelmFileParameter is one `--set-file` of a Helm render.
+type HelmFileParameter struct {
+	// Name is the value's path.
+	Name string `json:"name"`
+	// Path is the file in the repository whose content is the value.
+	Path string `json:"path"`
 }
 
 // SyncPolicy is Argo CD's sync policy subset.

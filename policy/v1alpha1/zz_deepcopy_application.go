@@ -109,6 +109,14 @@ func (in *ApplicationSource) DeepCopy() *ApplicationSource {
 func (in *HelmSource) DeepCopyInto(out *HelmSource) {
 	*out = *in
 	out.ValueFiles = appProjectCopyStrings(in.ValueFiles)
+	out.ValuesObject = in.ValuesObject.DeepCopy()
+	if in.Parameters != nil {
+		out.Parameters = append([]HelmParameter{}, in.Parameters...)
+	}
+	if in.FileParameters != nil {
+		out.FileParameters = append([]HelmFileParameter{}, in.FileParameters...)
+	}
+	out.APIVersions = appProjectCopyStrings(in.APIVersions)
 }
 
 // DeepCopy returns a deep copy of the HelmSource, or nil for a nil receiver.

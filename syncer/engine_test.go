@@ -122,8 +122,11 @@ func TestRunEndsInErrorBeforeTouchingTheCluster(t *testing.T) {
 		want     string
 		revision bool
 	}{
-		{name: "a Helm source", mutate: func(a *v1alpha1.Application) { a.Spec.Source.Chart = "nginx" },
-			want: "Helm sources are not supported by deputy; render the chart to plain manifests or a kustomization"},
+		{name: "a chart from a Helm repository", mutate: func(a *v1alpha1.Application) { a.Spec.Source.Chart = "nginx" },
+			want: "Helm charts from a Helm repository or an OCI registry (spec.source.chart) are not supported by deputy yet"},
+		{name: "invalid Helm values", mutate: func(a *v1alpha1.Application) {
+			a.Spec.Source.Helm = &v1alpha1.HelmSource{Parameters: []v1alpha1.HelmParameter{{Value: "x"}}}
+		}, want: "spec.source.helm.parameters[0].name: Required value: name the value to set"},
 		{name: "a repository the project does not permit", project: func(p *v1alpha1.AppProject) { p.Spec.SourceRepos = []string{"https://github.com/team/*"} },
 			want: "is not permitted in project 'guestbook'"},
 		{name: "a destination the project does not permit", mutate: func(a *v1alpha1.Application) { a.Spec.Destination.Namespace = "kube-system" },

@@ -243,7 +243,7 @@ func (op *operation) deleteAll(ctx context.Context) {
 // is empty when that operation ended in Error). The objects returned carry
 // only what pruneScopes reads.
 func (op *operation) renderedKinds(ctx context.Context, cl *clients, compiled *policy.CompiledProject) []*planObject {
-	src := op.app.Spec.Source
+	src := op.source()
 	if source.CheckSupported(src) != nil || checkSource(compiled, src) != nil {
 		return nil
 	}

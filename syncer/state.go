@@ -1,6 +1,7 @@
 package syncer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -66,7 +67,7 @@ func (op *operation) sync(ctx context.Context) {
 	op.mu.Lock()
 	op.emit(nil)
 	op.mu.Unlock()
-	src := op.app.Spec.Source
+	src := op.source()
 
 	// Project checks that need no cluster come before fetching anything.
 	if err := source.CheckSupported(src); err != nil {
@@ -118,6 +119,21 @@ func (op *operation) sync(ctx context.Context) {
 	}
 	op.apply(ctx, cl, p, pf)
 	op.prune(ctx, cl, p, pf)
+}
+
+// source is the Application's source with Argo CD's Helm defaults filled
+// in: the release is named after the Application and installed in the
+// destination's namespace (used only when the path holds a chart).
+func (op *operation) source() v1alpha1.ApplicationSource {
+	src := op.app.Spec.Source
+	h := src.Helm.DeepCopy()
+	if h == nil {
+		h = &v1alpha1.HelmSource{}
+	}
+	h.ReleaseName = cmp.Or(h.ReleaseName, op.app.Name)
+	h.Namespace = cmp.Or(h.Namespace, op.app.Spec.Destination.Namespace)
+	src.Helm = h
+	return src
 }
 
 func (op *operation) validate() error {

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"deputy.dev/deputy/policy/v1alpha1"
+	"deputy.dev/deputy/syncer/source/helm"
 )
 
 // maxSymlinkDepth bounds how many symbolic links resolving one path may
@@ -50,7 +51,7 @@ type Rendered struct {
 // against a concurrent fetch until the worker has ended. The objects come
 // back within Limits.MaxRenderBytes and MaxObjects.
 //
-// Errors: a Helm source (ErrHelm), a path that leaves the repository, a
+// Errors: a chart source (ErrHelmChart) or invalid spec.source.helm, a path that leaves the repository, a
 // repository that cannot be opened or fetched (naming it), a revision that
 // does not exist there, a limit exceeded (a *LimitError naming its
 // configuration field), or the render's own error. When the revision was
@@ -77,7 +78,7 @@ func (c *Cache) Render(ctx context.Context, src v1alpha1.ApplicationSource, revi
 		return nil, fmt.Errorf("%s: %w", src.RepoURL, err)
 	}
 	out := &Rendered{Revision: commit.Hash.String()}
-	req := workerRequest{Repo: opened.where, Commit: out.Revision, SourcePath: src.Path, Dir: dir, Limits: c.limits.WithDefaults(), Kustomize: c.kustomize}
+	req := workerRequest{Repo: opened.where, Commit: out.Revision, SourcePath: src.Path, Dir: dir, Helm: src.Helm, Limits: c.limits.WithDefaults(), Kustomize: c.kustomize}
 	if d, ok := ctx.Deadline(); ok {
 		req.Deadline = d
 	}
@@ -93,7 +94,7 @@ func (c *Cache) Render(ctx context.Context, src v1alpha1.ApplicationSource, revi
 // of each. Everything is read lazily from the Git objects through gitFS,
 // within budget. started is called with workerKustomize or workerManifests
 // once the kind of render is known; each object is passed to emit as JSON.
-func renderCommit(repo *git.Repository, commit *object.Commit, repoURL, sourcePath, dir string, budget *renderBudget, kopts KustomizeOptions, started func(kind string), emit func([]byte) error) error {
+func renderCommit(repo *git.Repository, commit *object.Commit, repoURL, sourcePath, dir string, hs *v1alpha1.HelmSource, budget *renderBudget, kopts KustomizeOptions, started func(kind string), emit func([]byte) error) error {
 	rev := commit.Hash.String()
 	if err := checkObjectSize(repo, commit.TreeHash, plumbing.TreeObject, "the root tree", budget); err != nil {
 		return err
@@ -117,11 +118,16 @@ func renderCommit(repo *git.Repository, commit *object.Commit, repoURL, sourcePa
 		}
 	}
 	if !hasKustomization {
-		if _, err := sub.tree.FindEntry("Chart.yaml"); err == nil {
-			return fmt.Errorf("path %q holds a Helm chart (Chart.yaml): %w", sourcePath, ErrHelm)
+		var objs []*unstructured.Unstructured
+		if _, ferr := sub.tree.FindEntry("Chart.yaml"); ferr == nil {
+			started(workerHelm)
+			objs, err = helm.Render(budget.ctx, helm.Options{Files: gfs, ChartDir: sub.rel, Source: hs, CountObjects: budget.objects})
+		} else if helm.Configured(hs) {
+			return fmt.Errorf("spec.source.helm is set but path %q holds no Chart.yaml: set spec.source.path to the chart's directory or remove spec.source.helm", sourcePath)
+		} else {
+			started(workerManifests)
+			objs, err = renderPlain(gfs, sub)
 		}
-		started(workerManifests)
-		objs, err := renderPlain(gfs, sub)
 		if err != nil {
 			return err
 		}

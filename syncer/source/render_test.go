@@ -185,9 +185,10 @@ func TestRenderErrors(t *testing.T) {
 		src  v1alpha1.ApplicationSource
 		want string
 	}{
-		{"a chart field is a Helm source", v1alpha1.ApplicationSource{RepoURL: r.dir, Chart: "nginx"}, "Helm sources are not supported by deputy; render the chart to plain manifests or a kustomization"},
-		{"helm parameters are a Helm source", v1alpha1.ApplicationSource{RepoURL: r.dir, Path: "app", Helm: &v1alpha1.HelmSource{ReleaseName: "x"}}, "Helm sources are not supported by deputy"},
-		{"a path holding Chart.yaml is a Helm source", v1alpha1.ApplicationSource{RepoURL: r.dir, Path: "chart"}, "holds a Helm chart (Chart.yaml): Helm sources are not supported"},
+		{"a chart from a Helm repository is not supported yet", v1alpha1.ApplicationSource{RepoURL: r.dir, Chart: "nginx"}, "(spec.source.chart) are not supported by deputy yet: commit the chart to Git"},
+		{"helm values on a path without a chart", v1alpha1.ApplicationSource{RepoURL: r.dir, Path: "app", Helm: &v1alpha1.HelmSource{Values: "a: 1"}}, `spec.source.helm is set but path "app" holds no Chart.yaml`},
+		{"a values URL", v1alpha1.ApplicationSource{RepoURL: r.dir, Path: "chart", Helm: &v1alpha1.HelmSource{ValueFiles: []string{"https://example.com/v.yaml"}}}, "spec.source.helm.valueFiles[0]: Invalid value: \"https://example.com/v.yaml\": URLs are not supported"},
+		{"a values file that does not exist", v1alpha1.ApplicationSource{RepoURL: r.dir, Path: "chart", Helm: &v1alpha1.HelmSource{ValueFiles: []string{"prod.yaml"}}}, "chart c (chart): spec.source.helm.valueFiles[0]: values file chart/prod.yaml does not exist"},
 		{"a missing path", v1alpha1.ApplicationSource{RepoURL: r.dir, Path: "nope"}, `path "nope" does not exist`},
 		{"a path leaving the repository", v1alpha1.ApplicationSource{RepoURL: r.dir, Path: "../x"}, "leaves the repository"},
 		{"a document without kind", v1alpha1.ApplicationSource{RepoURL: r.dir, Path: "bad"}, "bad/x.yaml: document 1 is not a Kubernetes object"},

@@ -17,6 +17,8 @@ import (
 
 	"github.com/go-git/go-git/v5"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"deputy.dev/deputy/policy/v1alpha1"
 )
 
 // Render workers. What a render allocates depends on what the repository
@@ -134,10 +136,12 @@ type workerRequest struct {
 	Commit string `json:"commit"`
 	// SourcePath is the Application's spec.source.path, for messages; Dir
 	// is the same path cleaned, repository-relative.
-	SourcePath string           `json:"sourcePath"`
-	Dir        string           `json:"dir"`
-	Limits     Limits           `json:"limits"`
-	Kustomize  KustomizeOptions `json:"kustomize"`
+	SourcePath string `json:"sourcePath"`
+	Dir        string `json:"dir"`
+	// Helm is spec.source.helm, defaults filled by the sync engine.
+	Helm      *v1alpha1.HelmSource `json:"helm,omitempty"`
+	Limits    Limits               `json:"limits"`
+	Kustomize KustomizeOptions     `json:"kustomize"`
 	// Deadline is the operation's (the worker's reads fail after it).
 	Deadline time.Time `json:"deadline,omitzero"`
 }
@@ -146,6 +150,7 @@ type workerRequest struct {
 const (
 	workerKustomize = "kustomize"
 	workerManifests = "manifests"
+	workerHelm      = "helm"
 )
 
 // workerFrame is one line of a worker's output: the kind of render it

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"deputy.dev/deputy/policy/v1alpha1"
+	"deputy.dev/deputy/syncer/source/helm"
 )
 
 // Options configure New.
@@ -138,17 +139,21 @@ func checkLocalRepositories(dirs []string, cacheDir string) ([]string, error) {
 	return out, nil
 }
 
-// CheckSupported returns ErrHelm for an Argo CD Helm source (spec.source
-// chart or helm), nil for a source deputy renders (plain manifests or a
-// kustomization). It reads nothing: the sync engine calls it before any
-// fetch.
+// CheckSupported returns ErrHelmChart for a chart from a Helm repository
+// or an OCI registry (spec.source.chart), spec.source.helm's errors
+// (helm.Validate), nil for a source deputy renders (plain manifests, a
+// kustomization or a chart in Git). It reads nothing: the sync engine
+// calls it before any fetch.
 func CheckSupported(src v1alpha1.ApplicationSource) error {
-	if src.Chart == "" && src.Helm == nil {
-		return nil
+	if src.Chart != "" {
+		return ErrHelmChart
 	}
-	return ErrHelm
+	return helm.Validate(src.Helm)
 }
 
-// ErrHelm is the error of a Helm source. It starts with the product's
-// name, capitalised as users read it.
-var ErrHelm = errors.New("Helm sources are not supported by deputy; render the chart to plain manifests or a kustomization")
+// ErrHelmChart is the error of spec.source.chart. It starts with the
+// product's name, capitalised as users read it.
+var ErrHelmChart = errors.New("Helm charts from a Helm repository or an OCI registry (spec.source.chart) are not supported by deputy yet: commit the chart to Git (helm pull --untar), set spec.source.path to its directory and remove spec.source.chart")
+
+// ErrHelm is the error of kustomize's helmCharts (HelmChartInflationGenerator).
+var ErrHelm = errors.New("Helm charts inflated by kustomize are not supported by deputy; set spec.source.path to the chart's directory (deputy renders charts in Git with Helm) or render the chart to plain manifests")

@@ -1,0 +1,164 @@
+package helm
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/release"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"deputy.dev/deputy/policy/v1alpha1"
+)
+
+// Files is the repository a chart is read from: paths are slash-separated
+// and relative to the repository's root (symbolic links resolved inside it),
+// a missing file's error wraps fs.ErrNotExist, and every read is charged to
+// the render's limits (whose errors are returned unchanged).
+type Files interface {
+	ReadFile(path string) ([]byte, error)
+	// ReadDir returns the names in a directory, sorted.
+	ReadDir(path string) ([]string, error)
+	IsDir(path string) bool
+}
+
+// Options are one render.
+type Options struct {
+	// Files is the repository at the commit being rendered.
+	Files Files
+	// ChartDir is the chart's directory (it holds Chart.yaml), relative
+	// to the repository's root; "" is the root.
+	ChartDir string
+	// Source is spec.source.helm with ReleaseName and Namespace defaulted
+	// (the Application's name, the destination's namespace); nil renders
+	// with no values but the chart's and release name "release-name".
+	Source *v1alpha1.HelmSource
+	// CountObjects is called with the number of objects decoded so far, for
+	// the render's object limit; a non-nil error stops the render.
+	CountObjects func(n int) error
+}
+
+// Render renders the chart at opts.ChartDir as `helm template` with
+// --include-crds (unless skipCrds) does: an install in client-only dry-run
+// mode, `lookup` returning nothing, .Capabilities from
+// Source.KubeVersion and APIVersions else Helm's defaults (the destination
+// cluster's discovery comes in a later version), hooks after the other
+// objects, each with its annotations. Objects come back in that order.
+//
+// Errors name the chart, the values file or the parameter and the fix; a
+// template error carries the template and line Helm reports; errors of
+// Files (limits) are wrapped, not replaced.
+func Render(ctx context.Context, opts Options) ([]*unstructured.Unstructured, error) {
+	src := opts.Source
+	if src == nil {
+		src = &v1alpha1.HelmSource{}
+	}
+	if err := Validate(src); err != nil {
+		return nil, err
+	}
+	ch, err := loadChart(opts.Files, opts.ChartDir, 0)
+	if err != nil {
+		return nil, err
+	}
+	label := fmt.Sprintf("chart %s (%s)", ch.Name(), displayDir(opts.ChartDir))
+	if err := action.CheckDependencies(ch, ch.Metadata.Dependencies); err != nil {
+		return nil, fmt.Errorf("%s: %w: vendor the dependency under charts/ (helm dependency build, then commit charts/) or name it with a file:// repository inside the repository", label, err)
+	}
+	vals, err := mergeValues(opts.Files, opts.ChartDir, src)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", label, err)
+	}
+	manifest, err := install(ctx, ch, vals, src)
+	if err != nil {
+		return nil, fmt.Errorf("helm template of %s: %w", label, err)
+	}
+	objs, err := decode(manifest, opts.CountObjects)
+	if err != nil {
+		return nil, fmt.Errorf("helm template of %s: %w", label, err)
+	}
+	return objs, nil
+}
+
+// install runs Helm's install as `helm template` does and returns its
+// output: the manifests, then each hook with its source comment.
+func install(ctx context.Context, ch *chart.Chart, vals map[string]any, src *v1alpha1.HelmSource) (string, error) {
+	cfg := &action.Configuration{Log: func(string, ...any) {}}
+	client := action.NewInstall(cfg)
+	client.DryRun = true
+	client.DryRunOption = "client"
+	client.ClientOnly = true
+	client.Replace = true
+	client.ReleaseName = cmp.Or(src.ReleaseName, "release-name")
+	client.Namespace = cmp.Or(src.Namespace, "default")
+	client.IncludeCRDs = !src.SkipCrds
+	client.SkipSchemaValidation = src.SkipSchemaValidation
+	client.APIVersions = chartutil.VersionSet(src.APIVersions)
+	if src.KubeVersion != "" {
+		kv, err := parseKubeVersion(src.KubeVersion)
+		if err != nil {
+			return "", err
+		}
+		client.KubeVersion = kv
+	}
+	rel, err := client.RunWithContext(ctx, ch, vals)
+	if err != nil {
+		if strings.Contains(err.Error(), "release name") {
+			return "", fmt.Errorf("%w: fix spec.source.helm.releaseName (default: the Application's name)", err)
+		}
+		return "", fmt.Errorf("%w: fix the chart's templates or the values they need", err)
+	}
+	return templateOutput(rel), nil
+}
+
+// templateOutput is what `helm template` prints for rel.
+func templateOutput(rel *release.Release) string {
+	var b strings.Builder
+	fmt.Fprintln(&b, strings.TrimSpace(rel.Manifest))
+	for _, h := range rel.Hooks {
+		fmt.Fprintf(&b, "---\n# Source: %s\n%s\n", h.Path, h.Manifest)
+	}
+	return b.String()
+}
+
+// decode splits Helm's output into objects, skipping empty documents.
+func decode(manifest string, count func(int) error) ([]*unstructured.Unstructured, error) {
+	d := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader([]byte(manifest)), 4096)
+	var out []*unstructured.Unstructured
+	for {
+		var m map[string]any
+		if err := d.Decode(&m); err != nil {
+			if errors.Is(err, io.EOF) {
+				return out, nil
+			}
+			return nil, fmt.Errorf("the chart renders invalid YAML (object %d): %w", len(out)+1, err)
+		}
+		if len(m) == 0 {
+			continue
+		}
+		u := &unstructured.Unstructured{Object: m}
+		if u.GetKind() == "" || u.GetAPIVersion() == "" {
+			return nil, fmt.Errorf("the chart renders an object without kind or apiVersion (object %d, name %q)", len(out)+1, u.GetName())
+		}
+		out = append(out, u)
+		if count != nil {
+			if err := count(len(out)); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+func displayDir(dir string) string {
+	if dir == "" {
+		return "the repository's root"
+	}
+	return dir
+}

@@ -1,0 +1,249 @@
+package helm
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"reflect"
+	"strings"
+
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/strvals"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apimachinery/pkg/util/version"
+	"sigs.k8s.io/yaml"
+
+	"deputy.dev/deputy/policy/v1alpha1"
+)
+
+var fieldPath = field.NewPath("spec", "source", "helm")
+
+// Validate checks spec.source.helm without reading anything: every error at
+// once, each naming its field and the fix. Paths must stay in the
+// repository and URLs are refused (values come from the repository at the
+// synced commit only); parameters need names; kubeVersion must parse.
+func Validate(h *v1alpha1.HelmSource) error {
+	if h == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	for i, f := range h.ValueFiles {
+		if msg := checkPath(f); msg != "" {
+			errs = append(errs, field.Invalid(fieldPath.Child("valueFiles").Index(i), f, msg))
+		}
+	}
+	if _, err := valuesYAML(h); err != nil {
+		name := "values"
+		if h.ValuesObject != nil {
+			name = "valuesObject"
+		}
+		errs = append(errs, field.Invalid(fieldPath.Child(name), "", err.Error()+": give a YAML map of values"))
+	}
+	for i, p := range h.Parameters {
+		if strings.TrimSpace(p.Name) == "" {
+			errs = append(errs, field.Required(fieldPath.Child("parameters").Index(i).Child("name"), "name the value to set, e.g. image.tag"))
+		}
+	}
+	for i, p := range h.FileParameters {
+		fp := fieldPath.Child("fileParameters").Index(i)
+		if strings.TrimSpace(p.Name) == "" {
+			errs = append(errs, field.Required(fp.Child("name"), "name the value to set, e.g. config"))
+		}
+		if msg := checkPath(p.Path); msg != "" {
+			errs = append(errs, field.Invalid(fp.Child("path"), p.Path, msg))
+		}
+	}
+	if h.KubeVersion != "" {
+		if _, err := parseKubeVersion(h.KubeVersion); err != nil {
+			errs = append(errs, field.Invalid(fieldPath.Child("kubeVersion"), h.KubeVersion, "give a Kubernetes version such as 1.37.0"))
+		}
+	}
+	for i, v := range h.APIVersions {
+		if strings.TrimSpace(v) == "" || strings.Count(v, "/") > 2 {
+			errs = append(errs, field.Invalid(fieldPath.Child("apiVersions").Index(i), v, "give GROUP/VERSION, VERSION (core) or GROUP/VERSION/KIND"))
+		}
+	}
+	return errs.ToAggregate()
+}
+
+// checkPath returns why p cannot name a file of the repository, "" when it
+// can.
+func checkPath(p string) string {
+	switch {
+	case strings.TrimSpace(p) == "":
+		return "give a path in the repository"
+	case strings.Contains(p, "://"):
+		return "URLs are not supported: commit the file to the repository and give its path"
+	case strings.HasPrefix(p, "$"):
+		return "references to other sources ($ref/...) need spec.sources, which deputy does not support yet: give a path in this repository"
+	}
+	return ""
+}
+
+// resolvePath turns a values file or file parameter path into a path in
+// the repository as Argo CD does: relative to the chart's directory, or to
+// the repository's root when absolute; one that leaves the repository is
+// refused.
+func resolvePath(chartDir, p string) (string, error) {
+	var full string
+	if strings.HasPrefix(p, "/") {
+		full = path.Clean(strings.TrimPrefix(p, "/"))
+	} else {
+		full = path.Join(chartDir, p)
+	}
+	if full == ".." || strings.HasPrefix(full, "../") {
+		return "", fmt.Errorf("%s leaves the repository: give a path inside it", p)
+	}
+	if full == "." {
+		full = ""
+	}
+	return full, nil
+}
+
+// valuesYAML is Argo CD's values text: valuesObject when set, else values;
+// it must be a YAML map (or empty).
+func valuesYAML(h *v1alpha1.HelmSource) (map[string]any, error) {
+	text := []byte(h.Values)
+	if h.ValuesObject != nil && len(h.ValuesObject.Raw) > 0 {
+		text = h.ValuesObject.Raw
+	}
+	m := map[string]any{}
+	if err := yaml.Unmarshal(text, &m); err != nil {
+		return nil, fmt.Errorf("not a YAML map: %v", err)
+	}
+	return m, nil
+}
+
+// mergeValues merges the values as `helm template` with Argo CD's flags
+// does: each values file in order (missing ones skipped with
+// ignoreMissingValueFiles), values or valuesObject, then --set, then
+// --set-string, then --set-file, later winning. The chart's own values.yaml
+// is merged under these by Helm itself.
+func mergeValues(files Files, chartDir string, h *v1alpha1.HelmSource) (map[string]any, error) {
+	base := map[string]any{}
+	for i, f := range h.ValueFiles {
+		name := fieldPath.Child("valueFiles").Index(i).String()
+		p, err := resolvePath(chartDir, f)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		data, err := files.ReadFile(p)
+		if errors.Is(err, fs.ErrNotExist) && h.IgnoreMissingValueFiles {
+			continue
+		}
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%s: values file %s does not exist in the repository: fix the path (relative to the chart's directory, or absolute from the repository's root) or set ignoreMissingValueFiles", name, p)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: values file %s: %w", name, p, err)
+		}
+		m := map[string]any{}
+		if err := yaml.Unmarshal(data, &m); err != nil {
+			return nil, fmt.Errorf("%s: values file %s is not a YAML map: %v: fix the file", name, p, err)
+		}
+		base = mergeMaps(base, m)
+	}
+	inline, err := valuesYAML(h)
+	if err != nil {
+		return nil, err
+	}
+	base = mergeMaps(base, inline)
+	for _, force := range []bool{false, true} {
+		for i, p := range h.Parameters {
+			if p.ForceString != force {
+				continue
+			}
+			set := p.Name + "=" + escapeCommas(p.Value)
+			parse := strvals.ParseInto
+			if force {
+				parse = strvals.ParseIntoString
+			}
+			if err := parse(set, base); err != nil {
+				return nil, fmt.Errorf("%s (%s): %v: fix the parameter's name or value", fieldPath.Child("parameters").Index(i), p.Name, err)
+			}
+		}
+	}
+	for i, fp := range h.FileParameters {
+		name := fieldPath.Child("fileParameters").Index(i)
+		p, err := resolvePath(chartDir, fp.Path)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		read := func([]rune) (any, error) {
+			data, err := files.ReadFile(p)
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil, fmt.Errorf("file %s does not exist in the repository: fix the path", p)
+			}
+			return string(data), err
+		}
+		if err := strvals.ParseIntoFile(fp.Name+"="+p, base, read); err != nil {
+			return nil, fmt.Errorf("%s (%s): %w", name, fp.Name, err)
+		}
+	}
+	return base, nil
+}
+
+// escapeCommas makes a parameter's value one value, as Argo CD does: a
+// comma not already escaped is escaped, except in a {a,b} list.
+func escapeCommas(v string) string {
+	if strings.HasPrefix(v, "{") && strings.HasSuffix(v, "}") {
+		return v
+	}
+	var b strings.Builder
+	var prev rune
+	for _, r := range v {
+		if r == ',' && prev != '\\' {
+			b.WriteString(`\,`)
+		} else {
+			b.WriteRune(r)
+		}
+		prev = r
+	}
+	return b.String()
+}
+
+// mergeMaps merges b into a copy of a, maps recursively, b winning (as
+// Helm merges values files).
+func mergeMaps(a, b map[string]any) map[string]any {
+	out := make(map[string]any, len(a))
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range b {
+		if vm, ok := v.(map[string]any); ok {
+			if am, ok := out[k].(map[string]any); ok {
+				out[k] = mergeMaps(am, vm)
+				continue
+			}
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// parseKubeVersion parses a kubeVersion as Argo CD does: the generic
+// version (1.37.0-gke.1 is 1.37.0), then Helm's parse.
+func parseKubeVersion(v string) (*chartutil.KubeVersion, error) {
+	g, err := version.ParseGeneric(v)
+	if err != nil {
+		return nil, fmt.Errorf("%s %q: %w: give a Kubernetes version such as 1.37.0", fieldPath.Child("kubeVersion"), v, err)
+	}
+	kv, err := chartutil.ParseKubeVersion(g.String())
+	if err != nil {
+		return nil, fmt.Errorf("%s %q: %w: give a Kubernetes version such as 1.37.0", fieldPath.Child("kubeVersion"), v, err)
+	}
+	return kv, nil
+}
+
+// Configured reports whether h asks for anything of a chart beyond the
+// release's name and namespace (which the sync engine fills in for every
+// source): such a source must point at a chart.
+func Configured(h *v1alpha1.HelmSource) bool {
+	if h == nil {
+		return false
+	}
+	c := *h
+	c.ReleaseName, c.Namespace = "", ""
+	return !reflect.DeepEqual(c, v1alpha1.HelmSource{})
+}

@@ -40,6 +40,7 @@ image: ## Build the container image IMAGE (docker or CONTAINER=podman; kind: kin
 .PHONY: e2e
 e2e: build test-binaries ## e2e suite and a small RBAC conformance run: real kube-apiserver v1.37.2 + etcd built from Go modules
 	KUBEBUILDER_ASSETS=$(BIN) $(GO) test -tags envtest -count=1 -run 'APIServer' ./policy/... ./serve/ ./apps/
+	HELM_BIN=$(BIN)/helm $(GO) test -count=1 -run 'HelmTemplate' ./syncer/source/helm/
 	cd test && DEPUTY_BIN=$(BIN)/deputy KUBEBUILDER_ASSETS=$(BIN) CONFORMANCE_SARS=2000 CONFORMANCE_SEEDS=2 $(GO) test -count=1 -timeout 30m ./...
 
 # RBAC conformance (issue #3): SARS SubjectAccessReviews over SEEDS random
@@ -52,7 +53,14 @@ conformance: build test-binaries ## RBAC conformance vs kube-apiserver: SARS (25
 	cd test && $(GO) test -run '^$$' -fuzz '^FuzzRBACConformance$$' -fuzztime $${FUZZTIME:-10m} ./conformance/
 
 .PHONY: test-binaries
-test-binaries: $(BIN)/kube-apiserver $(BIN)/etcd ## Build kube-apiserver and etcd into bin/ (cached; ~5 min cold)
+test-binaries: $(BIN)/kube-apiserver $(BIN)/etcd $(BIN)/helm ## Build kube-apiserver, etcd and helm into bin/ (cached; ~5 min cold)
+
+# helm v3.22.0 (the library deputy renders charts with), for the comparison
+# test of syncer/source/helm; its default Kubernetes version stamped as
+# helm's release builds stamp it (that of the k8s.io modules, 1.37).
+HELM_LDFLAGS := -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37
+$(BIN)/helm: test/go.mod test/go.sum
+	cd test && $(GO) build -ldflags "$(HELM_LDFLAGS)" -o $(BIN)/helm helm.sh/helm/v3/cmd/helm
 
 $(BIN)/kube-apiserver: test/go.mod test/go.sum
 	cd test && $(GO) build -ldflags "$(KUBE_LDFLAGS)" -o $(BIN)/kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -29,6 +30,13 @@ type Files interface {
 	ReadDir(path string) ([]string, error)
 	IsDir(path string) bool
 }
+
+// defaultKubeVersion is .Capabilities.KubeVersion when spec.source.helm
+// sets no kubeVersion: what the helm v3.22.0 release binary reports (its
+// build stamps the version of its k8s.io modules, 1.37; the library alone
+// says 1.20). The destination cluster's version, from its discovery, comes
+// in a later version of deputy.
+const defaultKubeVersion = "v1.37.0"
 
 // Options are one render.
 type Options struct {
@@ -101,17 +109,18 @@ func install(ctx context.Context, ch *chart.Chart, vals map[string]any, src *v1a
 	client.IncludeCRDs = !src.SkipCrds
 	client.SkipSchemaValidation = src.SkipSchemaValidation
 	client.APIVersions = chartutil.VersionSet(src.APIVersions)
-	if src.KubeVersion != "" {
-		kv, err := parseKubeVersion(src.KubeVersion)
-		if err != nil {
-			return "", err
-		}
-		client.KubeVersion = kv
+	kv, err := parseKubeVersion(cmp.Or(src.KubeVersion, defaultKubeVersion))
+	if err != nil {
+		return "", err
 	}
+	client.KubeVersion = kv
 	rel, err := client.RunWithContext(ctx, ch, vals)
 	if err != nil {
-		if strings.Contains(err.Error(), "release name") {
+		switch msg := err.Error(); {
+		case strings.Contains(msg, "release name"):
 			return "", fmt.Errorf("%w: fix spec.source.helm.releaseName (default: the Application's name)", err)
+		case strings.Contains(msg, "schema"):
+			return "", fmt.Errorf("%w: fix the values it names (values files, values or parameters), or set spec.source.helm.skipSchemaValidation", err)
 		}
 		return "", fmt.Errorf("%w: fix the chart's templates or the values they need", err)
 	}
@@ -133,19 +142,26 @@ func decode(manifest string, count func(int) error) ([]*unstructured.Unstructure
 	d := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader([]byte(manifest)), 4096)
 	var out []*unstructured.Unstructured
 	for {
-		var m map[string]any
-		if err := d.Decode(&m); err != nil {
+		var raw json.RawMessage
+		if err := d.Decode(&raw); err != nil {
 			if errors.Is(err, io.EOF) {
 				return out, nil
 			}
 			return nil, fmt.Errorf("the chart renders invalid YAML (object %d): %w", len(out)+1, err)
 		}
+		var m map[string]any
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return nil, fmt.Errorf("the chart renders a document that is not an object (object %d): %w", len(out)+1, err)
+		}
 		if len(m) == 0 {
 			continue
 		}
-		u := &unstructured.Unstructured{Object: m}
-		if u.GetKind() == "" || u.GetAPIVersion() == "" {
-			return nil, fmt.Errorf("the chart renders an object without kind or apiVersion (object %d, name %q)", len(out)+1, u.GetName())
+		if m["kind"] == nil || m["apiVersion"] == nil {
+			return nil, fmt.Errorf("the chart renders an object without kind or apiVersion (object %d)", len(out)+1)
+		}
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(raw); err != nil {
+			return nil, fmt.Errorf("the chart renders an invalid object (object %d): %w", len(out)+1, err)
 		}
 		out = append(out, u)
 		if count != nil {

@@ -3,7 +3,8 @@
 // repository into a bare mirror (one per exact repository URL, with only the
 // configured credentials that cover that URL) or opens a local one under
 // the configured directories, resolves the revision to a commit, and
-// renders the path at that commit (plain YAML/JSON manifests, or kustomize)
+// renders the path at that commit (plain YAML/JSON manifests, kustomize, or
+// a Helm chart through package helm)
 // in a render worker, reading lazily from the Git objects within Limits.
 // Its entry points are New (Options) → Cache, Cache.Render (→ Rendered),
 // Cache.ResolveRevision, CheckSupported, and the render worker hook
@@ -19,7 +20,8 @@
 // elsewhere or over plain http except to loopback; local repositories only
 // under Options.LocalRepositories, every file access confined to them; no
 // kustomize remote content unless the operator allows it, never exec or KRM
-// function plugins or Helm; every fetch and render bounded (Limits, each
+// function plugins or kustomize's Helm; Helm charts only from the repository
+// (no remote dependency, values URL or registry); every fetch and render bounded (Limits, each
 // exceeded limit a *LimitError naming its configuration field). It must not
 // render in the process it runs in (deputy's, which answers kube-apiserver's
 // webhooks): renders run in render workers, child processes bounded in

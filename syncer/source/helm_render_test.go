@@ -53,6 +53,8 @@ func TestRenderHelmLimits(t *testing.T) {
 	r.write("many/templates/cm.yaml", "{{ range until 100000 }}---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm-{{ . }}}\n{{ end }}")
 	r.write("big/Chart.yaml", "apiVersion: v2\nname: big\nversion: 0.1.0\n")
 	r.write("big/values.yaml", "a: "+strings.Repeat("x", 100<<20)+"\n")
+	r.write("doubling/Chart.yaml", "apiVersion: v2\nname: doubling\nversion: 0.1.0\n")
+	r.write("doubling/templates/cm.yaml", "{{ $s := \"x\" }}{{ range until 30 }}{{ $s = print $s $s }}{{ end }}apiVersion: v1\nkind: ConfigMap\nmetadata: {name: {{ len $s }}}\n")
 	r.commit("hostile")
 
 	t.Run("a chart that renders 100k objects is refused by maxObjects", func(t *testing.T) {
@@ -60,17 +62,39 @@ func TestRenderHelmLimits(t *testing.T) {
 		c.limits = Limits{MaxObjects: 1000}
 		_, err := c.Render(t.Context(), v1alpha1.ApplicationSource{RepoURL: r.dir, Path: "many"}, "")
 		var le *LimitError
-		if !errors.As(err, &le) || le.Field != FieldMaxObjects {
-			t.Fatalf("err = %v, want a limit error naming %s", err, FieldMaxObjects)
+		if !errors.As(err, &le) || le.Field != FieldMaxObjects || !strings.HasPrefix(err.Error(), "helm template of chart many (many): ") {
+			t.Fatalf("err = %v, want a limit error of helm template naming %s", err, FieldMaxObjects)
 		}
+		t.Log(err)
 	})
 	t.Run("a values file of 100 MB is refused by maxFileBytes", func(t *testing.T) {
 		c := testCache(t)
 		c.limits = Limits{MaxFileBytes: 1 << 20}
 		_, err := c.Render(t.Context(), v1alpha1.ApplicationSource{RepoURL: r.dir, Path: "big"}, "")
 		var le *LimitError
-		if !errors.As(err, &le) || le.Field != FieldMaxFileBytes || !strings.Contains(err.Error(), "big/values.yaml") {
+		if !errors.As(err, &le) || le.Field != FieldMaxFileBytes || !strings.Contains(err.Error(), "loading the chart in big: file \"big/values.yaml\"") {
 			t.Fatalf("err = %v, want a limit error naming %s and the file", err, FieldMaxFileBytes)
 		}
+		t.Log(err)
+	})
+	t.Run("a 100 MB file in valueFiles is refused by maxFileBytes", func(t *testing.T) {
+		c := testCache(t)
+		c.limits = Limits{MaxFileBytes: 1 << 20}
+		src := v1alpha1.ApplicationSource{RepoURL: r.dir, Path: "many", Helm: &v1alpha1.HelmSource{ValueFiles: []string{"/big/values.yaml"}}}
+		_, err := c.Render(t.Context(), src, "")
+		var le *LimitError
+		if !errors.As(err, &le) || le.Field != FieldMaxFileBytes || !strings.Contains(err.Error(), "chart many (many): spec.source.helm.valueFiles[0]: values file big/values.yaml: ") {
+			t.Fatalf("err = %v, want a limit error naming the values file and %s", err, FieldMaxFileBytes)
+		}
+	})
+	t.Run("a template that doubles a string 30 times is stopped by maxRenderMemory", func(t *testing.T) {
+		c := testCache(t)
+		c.limits = Limits{MaxRenderMemory: 256 << 20}
+		_, err := c.Render(t.Context(), v1alpha1.ApplicationSource{RepoURL: r.dir, Path: "doubling"}, "")
+		var le *LimitError
+		if !errors.As(err, &le) || le.Field != FieldMaxRenderMemory || !strings.HasPrefix(err.Error(), "helm template doubling at ") {
+			t.Fatalf("err = %v, want a limit error of helm template naming %s", err, FieldMaxRenderMemory)
+		}
+		t.Log(err)
 	})
 }

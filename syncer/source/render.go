@@ -160,6 +160,8 @@ func renderLabel(kind, sourcePath, rev string) string {
 		return fmt.Sprintf("kustomize build %s at %s", cmp.Or(sourcePath, "."), short(rev))
 	case workerManifests:
 		return fmt.Sprintf("the manifests under %s at %s", cmp.Or(sourcePath, "."), short(rev))
+	case workerHelm:
+		return fmt.Sprintf("helm template %s at %s", cmp.Or(sourcePath, "."), short(rev))
 	}
 	return fmt.Sprintf("the render of %s at %s", cmp.Or(sourcePath, "."), short(rev))
 }

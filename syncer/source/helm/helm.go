@@ -74,7 +74,7 @@ func Render(ctx context.Context, opts Options) ([]*unstructured.Unstructured, er
 	}
 	ch, err := loadChart(opts.Files, opts.ChartDir, 0)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("loading the chart in %s: %w", displayDir(opts.ChartDir), err)
 	}
 	label := fmt.Sprintf("chart %s (%s)", ch.Name(), displayDir(opts.ChartDir))
 	if err := action.CheckDependencies(ch, ch.Metadata.Dependencies); err != nil {

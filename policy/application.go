@@ -20,7 +20,8 @@ type Application struct {
 // messages that name the field and the fix: metadata.name (a DNS-1123
 // subdomain, as kube-apiserver requires of custom resources) and
 // metadata.namespace, spec.project, spec.source.repoURL, a relative
-// spec.source.path inside the repository, and spec.destination with server or
+// spec.source.path inside the repository, spec.source.helm's fields
+// (HelmSource.Validate), and spec.destination with server or
 // name (Argo CD accepts exactly one of the two). operation and status are
 // written by deputy, never by the policy author. A nil Application has no
 // errors.
@@ -60,6 +61,7 @@ func ValidateApplication(a *v1alpha1.Application) field.ErrorList {
 			errs = append(errs, field.Invalid(src.Child("path"), p, "must stay inside the repository: remove the leading .."))
 		}
 	}
+	errs = append(errs, a.Spec.Source.Helm.Validate(src.Child("helm"))...)
 	dst := spec.Child("destination")
 	switch d := a.Spec.Destination; {
 	case d.Server == "" && d.Name == "":

@@ -1,6 +1,7 @@
 package policy_test
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -182,5 +183,24 @@ func TestValidateApplicationAcceptsADestinationByName(t *testing.T) {
 	}
 	if errs := policy.ValidateApplication(nil); errs != nil {
 		t.Errorf("nil Application: %v", errs)
+	}
+}
+
+// spec.source.helm's fields are checked with the rest of the Application,
+// each error naming its field.
+func TestValidateApplicationChecksHelmFields(t *testing.T) {
+	a := &v1alpha1.Application{}
+	a.Name, a.Namespace = "app", "ns"
+	a.Spec = v1alpha1.ApplicationSpec{Project: "p", Destination: v1alpha1.ApplicationDestination{Name: "in-cluster"},
+		Source: v1alpha1.ApplicationSource{RepoURL: "file:///repo", Path: "chart", Helm: &v1alpha1.HelmSource{
+			ValueFiles: []string{"values.yaml", "https://example.com/v.yaml"}, Parameters: []v1alpha1.HelmParameter{{Value: "1"}}, KubeVersion: "latest",
+		}}}
+	var got []string
+	for _, e := range policy.ValidateApplication(a) {
+		got = append(got, e.Field)
+	}
+	want := []string{"spec.source.helm.valueFiles[1]", "spec.source.helm.parameters[0].name", "spec.source.helm.kubeVersion"}
+	if !slices.Equal(got, want) {
+		t.Errorf("fields = %v, want %v", got, want)
 	}
 }

@@ -19,66 +19,11 @@ import (
 
 var fieldPath = field.NewPath("spec", "source", "helm")
 
-// Validate checks spec.source.helm without reading anything: every error at
-// once, each naming its field and the fix. Paths must stay in the
-// repository and URLs are refused (values come from the repository at the
-// synced commit only); parameters need names; kubeVersion must parse.
+// Validate checks spec.source.helm without reading anything
+// (v1alpha1.HelmSource.Validate): every error at once, each naming its field
+// and the fix.
 func Validate(h *v1alpha1.HelmSource) error {
-	if h == nil {
-		return nil
-	}
-	var errs field.ErrorList
-	for i, f := range h.ValueFiles {
-		if msg := checkPath(f); msg != "" {
-			errs = append(errs, field.Invalid(fieldPath.Child("valueFiles").Index(i), f, msg))
-		}
-	}
-	if _, err := valuesYAML(h); err != nil {
-		name := "values"
-		if h.ValuesObject != nil {
-			name = "valuesObject"
-		}
-		errs = append(errs, field.Invalid(fieldPath.Child(name), "", err.Error()+": give a YAML map of values"))
-	}
-	for i, p := range h.Parameters {
-		if strings.TrimSpace(p.Name) == "" {
-			errs = append(errs, field.Required(fieldPath.Child("parameters").Index(i).Child("name"), "name the value to set, e.g. image.tag"))
-		}
-	}
-	for i, p := range h.FileParameters {
-		fp := fieldPath.Child("fileParameters").Index(i)
-		if strings.TrimSpace(p.Name) == "" {
-			errs = append(errs, field.Required(fp.Child("name"), "name the value to set, e.g. config"))
-		}
-		if msg := checkPath(p.Path); msg != "" {
-			errs = append(errs, field.Invalid(fp.Child("path"), p.Path, msg))
-		}
-	}
-	if h.KubeVersion != "" {
-		if _, err := parseKubeVersion(h.KubeVersion); err != nil {
-			errs = append(errs, field.Invalid(fieldPath.Child("kubeVersion"), h.KubeVersion, "give a Kubernetes version such as 1.37.0"))
-		}
-	}
-	for i, v := range h.APIVersions {
-		if strings.TrimSpace(v) == "" || strings.Count(v, "/") > 2 {
-			errs = append(errs, field.Invalid(fieldPath.Child("apiVersions").Index(i), v, "give GROUP/VERSION, VERSION (core) or GROUP/VERSION/KIND"))
-		}
-	}
-	return errs.ToAggregate()
-}
-
-// checkPath returns why p cannot name a file of the repository, "" when it
-// can.
-func checkPath(p string) string {
-	switch {
-	case strings.TrimSpace(p) == "":
-		return "give a path in the repository"
-	case strings.Contains(p, "://"):
-		return "URLs are not supported: commit the file to the repository and give its path"
-	case strings.HasPrefix(p, "$"):
-		return "references to other sources ($ref/...) need spec.sources, which deputy does not support yet: give a path in this repository"
-	}
-	return ""
+	return h.Validate(fieldPath).ToAggregate()
 }
 
 // resolvePath turns a values file or file parameter path into a path in
@@ -99,20 +44,6 @@ func resolvePath(chartDir, p string) (string, error) {
 		full = ""
 	}
 	return full, nil
-}
-
-// valuesYAML is Argo CD's values text: valuesObject when set, else values;
-// it must be a YAML map (or empty).
-func valuesYAML(h *v1alpha1.HelmSource) (map[string]any, error) {
-	text := []byte(h.Values)
-	if h.ValuesObject != nil && len(h.ValuesObject.Raw) > 0 {
-		text = h.ValuesObject.Raw
-	}
-	m := map[string]any{}
-	if err := yaml.Unmarshal(text, &m); err != nil {
-		return nil, fmt.Errorf("not a YAML map: %v", err)
-	}
-	return m, nil
 }
 
 // mergeValues merges the values as `helm template` with Argo CD's flags
@@ -144,7 +75,7 @@ func mergeValues(files Files, chartDir string, h *v1alpha1.HelmSource) (map[stri
 		}
 		base = mergeMaps(base, m)
 	}
-	inline, err := valuesYAML(h)
+	inline, err := h.ValuesMap()
 	if err != nil {
 		return nil, err
 	}

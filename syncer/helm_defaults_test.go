@@ -1,8 +1,14 @@
 package syncer
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -34,5 +40,57 @@ func TestHelmDefaults(t *testing.T) {
 				t.Errorf("the Application changed (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// A chart in the source's path renders with Helm in the engine's render
+// worker, its release named after the Application in the destination's
+// namespace; a chart that fails ends the operation in Error before the
+// cluster is touched, naming the chart and Helm's template and line.
+func TestRunRendersAChartWithArgoCDsDefaults(t *testing.T) {
+	f := newEngineFixture(t, ImpersonationSettings{Enabled: true, Enforced: true})
+	repo, err := git.PlainOpen(f.repoDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		"chart/Chart.yaml":          "apiVersion: v2\nname: web\nversion: 0.1.0\n",
+		"chart/templates/fail.yaml": "{{ if .Values.fail }}{{ fail (printf \"release %s in %s\" .Release.Name .Release.Namespace) }}{{ end }}\n",
+		"chart/templates/cm.yaml":   "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: {{ .Release.Name }}}\n",
+	}
+	wt, err := repo.Worktree()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range files {
+		if err := os.MkdirAll(filepath.Join(f.repoDir, filepath.Dir(name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(f.repoDir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := wt.Add(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := wt.Commit("chart", &git.CommitOptions{Author: &object.Signature{Name: "test", Email: "test@example.com", When: time.Unix(1700000000, 0)}}); err != nil {
+		t.Fatal(err)
+	}
+
+	failing := f.app(func(a *v1alpha1.Application) {
+		a.Spec.Source.Path = "chart"
+		a.Spec.Source.Helm = &v1alpha1.HelmSource{Parameters: []v1alpha1.HelmParameter{{Name: "fail", Value: "true"}}}
+	})
+	st := f.engine.Run(t.Context(), Request{Application: failing, Project: f.project}, nil)
+	if st.Phase != v1alpha1.OperationError || !strings.Contains(st.Message, "helm template of chart web (chart): execution error at (web/templates/fail.yaml:1:24): release guestbook in guestbook") {
+		t.Errorf("phase %s: %s", st.Phase, st.Message)
+	}
+	if len(f.fake.requests) != 0 {
+		t.Errorf("a chart that fails to render touched the cluster: %v", f.fake.requests)
+	}
+
+	st = f.engine.Run(t.Context(), Request{Application: f.app(func(a *v1alpha1.Application) { a.Spec.Source.Path = "chart" }), Project: f.project}, nil)
+	if st.Phase != v1alpha1.OperationError || !strings.Contains(st.Message, "API discovery on") {
+		t.Errorf("a chart that renders goes on to the cluster; phase %s: %s", st.Phase, st.Message)
 	}
 }

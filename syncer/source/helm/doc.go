@@ -7,6 +7,12 @@
 // in `helm template`'s order, hooks included as ordinary objects with
 // their annotations. Its entry points are Render and Validate.
 //
+// Why Helm 3 (helm.sh/helm/v3 v3.22.0) and not 4 (v4.3.1), though both
+// build with deputy's k8s.io v0.37.2 and controller-runtime v0.25.2: Argo
+// CD renders charts with Helm 3, and deputy's promise is that an Argo CD
+// Application renders the same; the comparison test holds deputy to the
+// helm v3.22.0 binary, built from the test module (make test-binaries).
+//
 // It must not run in deputy's own process (only in a render worker, whose
 // memory is bounded), read anything but Files (no disk, no network: remote
 // dependencies, values URLs and `lookup` are refused or return nothing), or

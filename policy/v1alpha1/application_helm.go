@@ -36,6 +36,9 @@ func (h *HelmSource) Validate(fldPath *field.Path) field.ErrorList {
 		if strings.TrimSpace(p.Name) == "" {
 			errs = append(errs, field.Required(fldPath.Child("parameters").Index(i).Child("name"), "name the value to set, e.g. image.tag"))
 		}
+		if strings.Contains(p.Value, "$") {
+			errs = append(errs, field.Invalid(fldPath.Child("parameters").Index(i).Child("value"), p.Value, noEnvsubst))
+		}
 	}
 	for i, p := range h.FileParameters {
 		fp := fldPath.Child("fileParameters").Index(i)
@@ -84,6 +87,13 @@ func checkHelmPath(p string) string {
 		return "URLs are not supported: commit the file to the repository and give its path"
 	case strings.HasPrefix(p, "$"):
 		return "references to other sources ($ref/...) need spec.sources, which deputy does not support yet: give a path in this repository"
+	case strings.Contains(p, "$"):
+		return noEnvsubst
 	}
 	return ""
 }
+
+// noEnvsubst refuses a "$" where Argo CD substitutes its build environment
+// ($ARGOCD_APP_NAME, $ARGOCD_APP_REVISION, ...; an unknown variable becomes
+// "", "$$" is "$"): rendering it literally would differ from Argo CD.
+const noEnvsubst = "Argo CD's build environment variables ($ARGOCD_APP_NAME, ...) and $$ escapes are not supported by deputy yet: write the value itself"

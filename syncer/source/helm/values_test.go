@@ -30,6 +30,8 @@ func TestValidate(t *testing.T) {
 		{"a $ref values file needs spec.sources", &v1alpha1.HelmSource{ValueFiles: []string{"$values/prod.yaml"}}, "need spec.sources, which deputy does not support yet"},
 		{"values that are not a map are refused", &v1alpha1.HelmSource{Values: "- a\n- b\n"}, "spec.source.helm.values: Invalid value: \"\": not a YAML map"},
 		{"a valuesObject that is not a map is refused", &v1alpha1.HelmSource{ValuesObject: &runtime.RawExtension{Raw: []byte(`[1]`)}}, "spec.source.helm.valuesObject: Invalid value"},
+		{"Argo CD's build environment in a parameter is refused", &v1alpha1.HelmSource{Parameters: []v1alpha1.HelmParameter{{Name: "app", Value: "$ARGOCD_APP_NAME"}}}, `spec.source.helm.parameters[0].value: Invalid value: "$ARGOCD_APP_NAME": Argo CD's build environment variables`},
+		{"Argo CD's build environment in a values file path is refused", &v1alpha1.HelmSource{ValueFiles: []string{"values-${ARGOCD_APP_NAME}.yaml"}}, "spec.source.helm.valueFiles[0]: Invalid value: \"values-${ARGOCD_APP_NAME}.yaml\": Argo CD's build environment variables"},
 		{"a parameter needs a name", &v1alpha1.HelmSource{Parameters: []v1alpha1.HelmParameter{{Value: "x"}}}, "spec.source.helm.parameters[0].name: Required value"},
 		{"a file parameter needs a name and a path", &v1alpha1.HelmSource{FileParameters: []v1alpha1.HelmFileParameter{{}}}, "spec.source.helm.fileParameters[0].name: Required value: name the value to set, e.g. config, spec.source.helm.fileParameters[0].path: Invalid value"},
 		{"a bad kubeVersion is refused", &v1alpha1.HelmSource{KubeVersion: "latest"}, `spec.source.helm.kubeVersion: Invalid value: "latest": give a Kubernetes version such as 1.37.0`},

@@ -76,7 +76,8 @@ type HelmSource struct {
 	// ValuesObject are values as an object; it replaces Values when set.
 	ValuesObject *runtime.RawExtension `json:"valuesObject,omitempty"`
 	// Parameters are `helm template --set NAME=VALUE` (--set-string when
-	// ForceString); a comma in a value is part of the value.
+	// ForceString); a comma in a value is part of the value. A "$" (Argo
+	// CD's build environment, $ARGOCD_APP_NAME...) is refused for now.
 	Parameters []HelmParameter `json:"parameters,omitempty"`
 	// FileParameters are `helm template --set-file NAME=PATH`: the value is
 	// the content of a file in the repository (paths as ValueFiles').

@@ -13,13 +13,13 @@ import (
 
 // testRepo is a Git repository in t.TempDir(), written with go-git.
 type testRepo struct {
-	t    *testing.T
+	t    testing.TB
 	dir  string
 	repo *git.Repository
 	wt   *git.Worktree
 }
 
-func newTestRepo(t *testing.T) *testRepo {
+func newTestRepo(t testing.TB) *testRepo {
 	t.Helper()
 	dir := t.TempDir()
 	repo, err := git.PlainInit(dir, false)

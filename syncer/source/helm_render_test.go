@@ -98,3 +98,22 @@ func TestRenderHelmLimits(t *testing.T) {
 		t.Log(err)
 	})
 }
+
+// BenchmarkRenderHelmChart renders a 200-object chart through the cache:
+// the render worker, the Git tree view and the objects' transfer included
+// (docs/benchmarks.md sets it next to helm template).
+func BenchmarkRenderHelmChart(b *testing.B) {
+	r := newTestRepo(b)
+	r.write("large/Chart.yaml", "apiVersion: v2\nname: large\nversion: 1.0.0\n")
+	r.write("large/values.yaml", "count: 100\nimage: {repository: nginx, tag: \"1.27\"}\n")
+	r.write("large/templates/workloads.yaml", "{{- range $i := until (int .Values.count) }}\n{{- $name := printf \"svc-%03d\" $i }}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: {{ $name }}, labels: {app: {{ $name }}, release: {{ $.Release.Name }}}}\nspec:\n  replicas: 2\n  selector: {matchLabels: {app: {{ $name }}}}\n  template:\n    metadata: {labels: {app: {{ $name }}}}\n    spec: {containers: [{name: app, image: \"{{ $.Values.image.repository }}:{{ $.Values.image.tag }}\"}]}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: {{ $name }}}\nspec: {selector: {app: {{ $name }}}, ports: [{port: 80}]}\n{{- end }}\n")
+	r.commit("large")
+	c := &Cache{dir: b.TempDir(), local: []string{testTempRoot(b)}}
+	src := v1alpha1.ApplicationSource{RepoURL: r.dir, Path: "large", Helm: &v1alpha1.HelmSource{ReleaseName: "large", Namespace: "bench"}}
+	for b.Loop() {
+		got, err := c.Render(b.Context(), src, "")
+		if err != nil || len(got.Objects) != 200 {
+			b.Fatalf("%v", err)
+		}
+	}
+}

@@ -33,7 +33,7 @@ func testCache(t *testing.T) *Cache {
 	return &Cache{dir: t.TempDir(), local: []string{testTempRoot(t)}}
 }
 
-func testTempRoot(t *testing.T) string {
+func testTempRoot(t testing.TB) string {
 	t.Helper()
 	tmp, err := filepath.EvalSymlinks(os.TempDir())
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 
 // helmBin is the real helm v3.22.0 (make test-binaries builds it into
 // bin/ from the test module, HELM_BIN names it).
-func helmBin(t *testing.T) string {
+func helmBin(t testing.TB) string {
 	t.Helper()
 	bin := os.Getenv("HELM_BIN")
 	if bin == "" {

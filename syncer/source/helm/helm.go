@@ -57,9 +57,11 @@ type Options struct {
 // Render renders the chart at opts.ChartDir as `helm template` with
 // --include-crds (unless skipCrds) does: an install in client-only dry-run
 // mode, `lookup` returning nothing, .Capabilities from
-// Source.KubeVersion and APIVersions else Helm's defaults (the destination
-// cluster's discovery comes in a later version), hooks after the other
-// objects, each with its annotations. Objects come back in that order.
+// Source.KubeVersion (else defaultKubeVersion) and APIVersions over Helm's
+// defaults (the destination cluster's discovery comes in a later version),
+// hooks after the other objects, each with its annotations (test hooks
+// too, as helm template without --skip-tests). Objects come back in that
+// order.
 //
 // Errors name the chart, the values file or the parameter and the fix; a
 // template error carries the template and line Helm reports; errors of
@@ -77,6 +79,9 @@ func Render(ctx context.Context, opts Options) ([]*unstructured.Unstructured, er
 		return nil, fmt.Errorf("loading the chart in %s: %w", displayDir(opts.ChartDir), err)
 	}
 	label := fmt.Sprintf("chart %s (%s)", ch.Name(), displayDir(opts.ChartDir))
+	if t := ch.Metadata.Type; t != "" && t != "application" {
+		return nil, fmt.Errorf("%s is of type %s, which helm template does not render: set spec.source.path to an application chart (one that depends on it)", label, t)
+	}
 	if err := action.CheckDependencies(ch, ch.Metadata.Dependencies); err != nil {
 		return nil, fmt.Errorf("%s: %w: vendor the dependency under charts/ (helm dependency build, then commit charts/) or name it with a file:// repository inside the repository", label, err)
 	}

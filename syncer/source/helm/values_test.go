@@ -153,6 +153,8 @@ func TestDependencies(t *testing.T) {
 			nil, "chart app (apps/app): found in Chart.yaml, but missing in charts/ directory: redis: vendor the dependency under charts/"},
 		{"a file:// dependency naming another chart is refused", merge(chart("app", "dependencies:\n- {name: other, version: 0.1.0, repository: 'file://../common'}\n"), chart("common", "")),
 			nil, "the chart there is named common: name the dependency as its Chart.yaml does"},
+		{"a library chart is not rendered", memFiles{"apps/app/Chart.yaml": "apiVersion: v2\nname: app\nversion: 0.1.0\ntype: library\n", "apps/app/templates/_x.tpl": ""},
+			nil, "chart app (apps/app) is of type library, which helm template does not render"},
 		{"a dependency cycle ends", merge(chart("app", "dependencies:\n- {name: app, version: 0.1.0, repository: 'file://.'}\n")),
 			nil, "nest more than 10 deep"},
 	} {

@@ -14,6 +14,7 @@ import (
 	"deputy.dev/deputy/config"
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer"
+	"deputy.dev/deputy/syncer/source"
 )
 
 // Every limit an operator sets in sync.limits reaches the engine: a field
@@ -92,5 +93,16 @@ func TestUnavailableRunnerFailsEveryOperationWithTheReason(t *testing.T) {
 	if st.Phase != v1alpha1.OperationError || !strings.Contains(st.Message, "sync engine not available: cannot create .deputy/repos") ||
 		st.FinishedAt == nil || st.Operation.Sync == nil || !st.Operation.Sync.DryRun {
 		t.Errorf("state %+v", st)
+	}
+}
+
+// config may not import the engine (layout_test.go), so sync.limits'
+// defaults are written twice: in config (what --print-config shows) and in
+// source.DefaultLimits (what the engine falls back to). They must agree.
+func TestConfigLimitDefaultsAreTheEngines(t *testing.T) {
+	var s config.SyncSources
+	config.SetSyncSourcesDefaults(&s)
+	if got, want := engineLimits(s.Limits), source.DefaultLimits(); got != want {
+		t.Errorf("config's sync.limits defaults map to %+v, the engine's defaults are %+v", got, want)
 	}
 }

@@ -18,6 +18,8 @@ import (
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"deputy.dev/deputy/internal/secretfile"
 )
 
 // RepoCredential holds the HTTPS credentials of the repositories URL
@@ -251,14 +253,20 @@ func (c *Cache) auth(ctx context.Context, repoURL string) (transport.AuthMethod,
 	return &githttp.BasicAuth{Username: user, Password: pass}, nil
 }
 
+// maxCredentialFileBytes bounds a usernameFile or passwordFile: a
+// credential, not a document.
+const maxCredentialFileBytes = 64 << 10
+
 func readSecretFile(path string) (string, error) {
 	if path == "" {
 		return "", errors.New("usernameFile and passwordFile (or a Secret) are required")
 	}
-	b, err := os.ReadFile(path)
+	b, err := secretfile.Read(path, maxCredentialFileBytes)
 	if err != nil {
 		return "", fmt.Errorf("failed to read %s: %w", path, err)
 	}
+	// Only the line break an editor or echo leaves goes: a password may
+	// start or end with other white space.
 	return strings.TrimRight(string(b), "\r\n"), nil
 }
 

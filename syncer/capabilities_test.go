@@ -82,6 +82,18 @@ func TestChartsSeeTheDestinationsCapabilities(t *testing.T) {
 	}
 }
 
+// A plain-manifest source renders with the destination's capabilities
+// passed along (they configure no chart): the operation goes on to the
+// preflight, which the fake denies.
+func TestCapabilitiesDoNotMakeASourceAChart(t *testing.T) {
+	f := newEngineFixture(t, ImpersonationSettings{Enabled: true, Enforced: true})
+	f.fake.serveDiscovery = true
+	st := f.engine.Run(t.Context(), Request{Application: f.app(), Project: f.project}, nil)
+	if st.Phase != v1alpha1.OperationError || !strings.HasPrefix(st.Message, "preflight: ") {
+		t.Errorf("phase %s: %s; want the preflight's error", st.Phase, st.Message)
+	}
+}
+
 // A render error ends the operation in Error with the revision recorded,
 // after reading only discovery (as the derived ServiceAccount) and the
 // controller's own name: no object is read or written.

@@ -155,6 +155,9 @@ func decode(manifest string, count func(int) error) ([]*unstructured.Unstructure
 			}
 			return nil, fmt.Errorf("the chart renders invalid YAML (object %d): %w", len(out)+1, err)
 		}
+		if len(bytes.TrimSpace(raw)) == 0 {
+			continue // an empty document: a chart with no manifest but hooks starts with one
+		}
 		var m map[string]any
 		if err := json.Unmarshal(raw, &m); err != nil {
 			return nil, fmt.Errorf("the chart renders a document that is not an object (object %d): %w", len(out)+1, err)

@@ -92,7 +92,7 @@ func (op *operation) sync(ctx context.Context) {
 		return
 	}
 
-	r, err := op.e.sources.Render(ctx, src, op.req.Sync.Revision)
+	r, err := op.e.sources.Render(ctx, src, op.req.Sync.Revision, source.WithProject(op.project.Name, op.project.Spec.SourceRepos))
 	if r != nil {
 		op.setRevision(r.Revision)
 	}

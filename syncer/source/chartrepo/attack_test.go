@@ -61,7 +61,9 @@ func TestCredentialsGoOnlyToTheRepositorysOrigin(t *testing.T) {
 		plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { t.Error("the plain http server was reached") }))
 		defer plain.Close()
 		mux := http.NewServeMux()
-		mux.HandleFunc("/moved/", func(w http.ResponseWriter, req *http.Request) { http.Redirect(w, req, plain.URL+"/x.tgz", http.StatusFound) })
+		mux.HandleFunc("/moved/", func(w http.ResponseWriter, req *http.Request) {
+			http.Redirect(w, req, plain.URL+"/x.tgz", http.StatusFound)
+		})
 		mux.Handle("/", http.HandlerFunc(r.serve))
 		r.srv.Config.Handler = mux
 		_, err := testFetcher(t, cred, r.srv).Fetch(t.Context(), Source{RepoURL: r.srv.URL, Chart: "app"})

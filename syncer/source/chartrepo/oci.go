@@ -55,6 +55,10 @@ func (f *Fetcher) locateOCI(ctx context.Context, s Source, u *url.URL, cred *Cre
 		if errors.As(err, &er) && (er.StatusCode == http.StatusUnauthorized || er.StatusCode == http.StatusForbidden) {
 			return fmt.Errorf("%s: %s: %s: %s", s, what, http.StatusText(er.StatusCode), credentialHint(cred, s.RepoURL))
 		}
+		if errors.Is(err, auth.ErrBasicCredentialNotFound) {
+			// The registry asked for basic auth deputy has no credential for.
+			return fmt.Errorf("%s: %s: the registry asks for a username and password: %s", s, what, credentialHint(cred, s.RepoURL))
+		}
 		return fmt.Errorf("%s: %s: %w", s, what, err)
 	}
 	version, err := f.ociVersion(ctx, repo, s)

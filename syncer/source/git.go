@@ -24,7 +24,8 @@ import (
 )
 
 // RepoCredential holds the HTTPS credentials of the repositories URL
-// covers: URL's scheme, host and port must equal the repository URL's
+// covers (Git repositories, Helm repositories, and OCI registries with an
+// oci:// URL): URL's scheme, host and port must equal the repository URL's
 // (default ports made explicit, host case-insensitive), and the repository's
 // path must be URL's path or below it on a '/' boundary
 // ("https://git.example.com/team-a" covers ".../team-a/app.git", never

@@ -91,7 +91,7 @@ func New(opts Options) (*Cache, error) {
 			return nil, fmt.Errorf("source: RepoCredentials[%d].URL is empty", i)
 		}
 		if _, err := parseCredentialScope(c.URL); err != nil {
-			return nil, fmt.Errorf("source: RepoCredentials[%d].URL %q: %w (use https://HOST[:PORT][/PATH])", i, c.URL, err)
+			return nil, fmt.Errorf("source: RepoCredentials[%d].URL %q: %w (use https://HOST[:PORT][/PATH], or oci://HOST[:PORT][/PATH] for an OCI registry)", i, c.URL, err)
 		}
 		if c.Secret == nil && (c.UsernameFile == "" || c.PasswordFile == "") {
 			return nil, fmt.Errorf("source: RepoCredentials[%d] (%s) needs usernameFile and passwordFile, or a Secret", i, c.URL)

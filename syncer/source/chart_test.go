@@ -113,7 +113,8 @@ func digestHex(data []byte) string {
 func webChart(version string, deps ...*chart.Dependency) *chart.Chart {
 	return &chart.Chart{
 		Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "web", Version: version, Dependencies: deps},
-		Values:   map[string]any{"replicas": 1, "message": "hello"},
+		// chartutil.Save writes values.yaml from Raw.
+		Raw: []*chart.File{{Name: "values.yaml", Data: []byte("replicas: 1\nmessage: hello\n")}},
 		Templates: []*chart.File{
 			{Name: "templates/cm.yaml", Data: []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-config\n  namespace: {{ .Release.Namespace }}\ndata:\n  message: {{ .Values.message | quote }}\n  chart: {{ .Chart.Version | quote }}\n")},
 			{Name: "templates/deploy.yaml", Data: []byte("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: {{ .Release.Name }}}\nspec:\n  replicas: {{ .Values.replicas }}\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec: {containers: [{name: web, image: nginx}]}\n")},

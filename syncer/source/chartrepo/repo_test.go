@@ -26,7 +26,7 @@ func testChart(t testing.TB, name, version string, deps ...*chart.Dependency) []
 	t.Helper()
 	ch := &chart.Chart{
 		Metadata:  &chart.Metadata{APIVersion: chart.APIVersionV2, Name: name, Version: version, Dependencies: deps},
-		Values:    map[string]any{"greeting": "hello"},
+		Raw:       []*chart.File{{Name: "values.yaml", Data: []byte("greeting: hello\n")}},
 		Templates: []*chart.File{{Name: "templates/cm.yaml", Data: []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: " + name + "-{{ .Release.Name }}\ndata:\n  greeting: {{ .Values.greeting | quote }}\n  version: " + version + "\n")}},
 	}
 	dir := t.TempDir()

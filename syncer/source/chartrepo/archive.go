@@ -141,7 +141,7 @@ func scanArchive(data []byte, l Limits) error {
 			return fmt.Errorf("the chart archive is not a valid tar: %w", err)
 		}
 		name := strings.ReplaceAll(hd.Name, `\`, "/")
-		if path.IsAbs(name) || strings.HasPrefix(path.Clean(name), "..") || strings.Contains(name, "/../") || strings.HasSuffix(name, "/..") {
+		if c := path.Clean(name); path.IsAbs(name) || c == ".." || strings.HasPrefix(c, "../") || strings.Contains("/"+name+"/", "/../") {
 			return fmt.Errorf("the chart archive's entry %q leaves the chart's directory: deputy unpacks nothing from it", hd.Name)
 		}
 		// Every entry counts (a stream of directory entries costs time).

@@ -162,7 +162,7 @@ func TestArchivesAreVerified(t *testing.T) {
 		}
 	})
 	t.Run("an entry that leaves the chart's directory is refused", func(t *testing.T) {
-		for _, name := range []string{"../evil.yaml", "app/../../evil.yaml", "/etc/evil.yaml"} {
+		for _, name := range []string{"../evil.yaml", "app/../../evil.yaml", "/etc/evil.yaml", `app\..\..\evil.yaml`, "app/templates/../../../evil.yaml"} {
 			r := newHelmRepo(t, "", "")
 			r.add(rawArchive(t, tarEntry{name: "app/Chart.yaml", data: []byte("apiVersion: v2\nname: app\nversion: 1.0.0\n")}, tarEntry{name: name, data: []byte("x")}), "app", "1.0.0", "", "")
 			_, err := testFetcher(t, nil, r.srv).Fetch(t.Context(), Source{RepoURL: r.srv.URL, Chart: "app"})

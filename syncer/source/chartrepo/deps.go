@@ -45,6 +45,9 @@ func (f *Fetcher) Dependency(ctx context.Context, owner string, d *chart.Depende
 	case !strings.HasPrefix(r, "https://") && !strings.HasPrefix(r, "http://") && !strings.HasPrefix(r, "oci://"):
 		return nil, fmt.Errorf("%s: only https:// Helm repositories and oci:// registries are fetched: fix the repository or vendor the chart under charts/", where)
 	}
+	if f.Project == "" {
+		return nil, fmt.Errorf("%s: this render names no AppProject, whose spec.sourceRepos would have to permit the repository: vendor the chart under charts/", where)
+	}
 	if f.Permitted == nil || !f.Permitted(r) {
 		return nil, fmt.Errorf("%s: the repository is not permitted in project '%s': add it (or a glob matching it) to the AppProject's spec.sourceRepos, or vendor the chart under charts/", where, f.Project)
 	}

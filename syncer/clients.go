@@ -40,6 +40,9 @@ type clients struct {
 	kube kubernetes.Interface
 	// mapper maps kinds to resources, from discovery made as the identity.
 	mapper meta.RESTMapperWithContext
+	// capabilities are the destination's version and API versions as the
+	// identity discovers them (a Helm chart's .Capabilities).
+	capabilities capabilities
 	// controller is the controller identity without impersonation: used
 	// only to check that the ServiceAccount exists (see checkServiceAccount).
 	controller kubernetes.Interface
@@ -129,6 +132,9 @@ func (op *operation) clientsFor(ctx context.Context, server string, id identity)
 		op.log.Info("API discovery was partial", "error", err.Error())
 	}
 	cl.mapper = restmapper.NewDiscoveryRESTMapperWithContext(groups)
+	if cl.capabilities, err = readCapabilities(ctx, dc, groups); err != nil {
+		return nil, err
+	}
 	return cl, nil
 }
 

@@ -24,10 +24,31 @@ import (
 type denyAll struct {
 	mu       sync.Mutex
 	requests []string
+	// serveDiscovery answers GET /version and API discovery (the core
+	// group's configmaps and a stable.example.com/v1 CronTab), recording
+	// those requests in discovery instead of requests.
+	serveDiscovery bool
+	discovery      []string
+}
+
+// fakeDiscovery are the discovery documents denyAll serves.
+var fakeDiscovery = map[string]string{
+	"/version":                    `{"major":"1","minor":"36","gitVersion":"v1.36.4"}`,
+	"/api":                        `{"kind":"APIVersions","versions":["v1"]}`,
+	"/api/v1":                     `{"kind":"APIResourceList","groupVersion":"v1","resources":[{"name":"configmaps","namespaced":true,"kind":"ConfigMap","verbs":["get","list","create","patch","delete"]},{"name":"pods/log","namespaced":true,"kind":"Pod","verbs":["get"]}]}`,
+	"/apis":                       `{"kind":"APIGroupList","groups":[{"name":"stable.example.com","versions":[{"groupVersion":"stable.example.com/v1","version":"v1"}],"preferredVersion":{"groupVersion":"stable.example.com/v1","version":"v1"}}]}`,
+	"/apis/stable.example.com/v1": `{"kind":"APIResourceList","groupVersion":"stable.example.com/v1","resources":[{"name":"crontabs","namespaced":true,"kind":"CronTab","verbs":["get","list"]}]}`,
 }
 
 func (d *denyAll) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	d.mu.Lock()
+	if doc, ok := fakeDiscovery[r.URL.Path]; ok && d.serveDiscovery && r.Method == http.MethodGet {
+		d.discovery = append(d.discovery, r.URL.Path+" as="+r.Header.Get("Impersonate-User"))
+		d.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(doc))
+		return
+	}
 	d.requests = append(d.requests, r.Method+" "+r.URL.Path+" as="+r.Header.Get("Impersonate-User")+" groups="+strings.Join(r.Header.Values("Impersonate-Group"), ","))
 	d.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
@@ -144,9 +165,7 @@ func TestRunEndsInErrorBeforeTouchingTheCluster(t *testing.T) {
 		{name: "an Application of another project", mutate: func(a *v1alpha1.Application) { a.Spec.Project = "other" },
 			want: `belongs to project "other"`},
 		{name: "enforced impersonation with no matching entry (upstream's message)", mutate: func(a *v1alpha1.Application) { a.Spec.Destination.Namespace = "guestbook-dev" },
-			want: "no matching service account found for destination server https://kubernetes.default.svc and namespace guestbook-dev", revision: true},
-		{name: "a render error", mutate: func(a *v1alpha1.Application) { a.Spec.Source.Path = "missing" },
-			want: `failed to render the manifests: path "missing" does not exist`, revision: true},
+			want: "no matching service account found for destination server https://kubernetes.default.svc and namespace guestbook-dev"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newEngineFixture(t, enforced)
@@ -296,6 +315,7 @@ func TestOperationTimeout(t *testing.T) {
 	hang := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
 	t.Cleanup(hang.Close)
 	f := newEngineFixture(t, ImpersonationSettings{Enabled: true, Enforced: true})
+	f.fake.serveDiscovery = true
 	f.engine.opts.Source.Limits.OperationTimeout = 500 * time.Millisecond
 	app := f.app(func(a *v1alpha1.Application) { a.Spec.Source.RepoURL = hang.URL + "/team/app.git" })
 	start := time.Now()

@@ -49,6 +49,7 @@ func TestHelmDefaults(t *testing.T) {
 // cluster is touched, naming the chart and Helm's template and line.
 func TestRunRendersAChartWithArgoCDsDefaults(t *testing.T) {
 	f := newEngineFixture(t, ImpersonationSettings{Enabled: true, Enforced: true})
+	f.fake.serveDiscovery = true
 	repo, err := git.PlainOpen(f.repoDir)
 	if err != nil {
 		t.Fatal(err)
@@ -85,12 +86,12 @@ func TestRunRendersAChartWithArgoCDsDefaults(t *testing.T) {
 	if st.Phase != v1alpha1.OperationError || !strings.Contains(st.Message, "helm template of chart web (chart): execution error at (web/templates/fail.yaml:1:24): release guestbook in guestbook") {
 		t.Errorf("phase %s: %s", st.Phase, st.Message)
 	}
-	if len(f.fake.requests) != 0 {
-		t.Errorf("a chart that fails to render touched the cluster: %v", f.fake.requests)
+	if len(f.fake.requests) != 1 || !strings.HasPrefix(f.fake.requests[0], "POST /apis/authentication.k8s.io/v1/selfsubjectreviews") {
+		t.Errorf("a chart that fails to render touched the cluster beyond discovery: %v", f.fake.requests)
 	}
 
 	st = f.engine.Run(t.Context(), Request{Application: f.app(func(a *v1alpha1.Application) { a.Spec.Source.Path = "chart" }), Project: f.project}, nil)
-	if st.Phase != v1alpha1.OperationError || !strings.Contains(st.Message, "API discovery on") {
+	if st.Phase != v1alpha1.OperationError || !strings.HasPrefix(st.Message, "preflight: ") {
 		t.Errorf("a chart that renders goes on to the cluster; phase %s: %s", st.Phase, st.Message)
 	}
 }

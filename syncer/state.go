@@ -92,18 +92,19 @@ func (op *operation) sync(ctx context.Context) {
 		return
 	}
 
-	r, err := op.e.sources.Render(ctx, src, op.req.Sync.Revision, source.WithProject(op.project.Name, op.project.Spec.SourceRepos))
+	// The identity's clients come before the render: a chart sees the
+	// destination's .Capabilities as that identity discovers them.
+	id, cl, err := op.impersonate(ctx, compiled)
+	if err != nil {
+		op.fail(err)
+		return
+	}
+	r, err := op.e.sources.Render(ctx, withCapabilities(src, cl.capabilities), op.req.Sync.Revision, source.WithProject(op.project.Name, op.project.Spec.SourceRepos))
 	if r != nil {
 		op.setRevision(r.Revision)
 	}
 	if err != nil {
 		op.fail(fmt.Errorf("failed to render the manifests: %w", err))
-		return
-	}
-
-	id, cl, err := op.impersonate(ctx, compiled)
-	if err != nil {
-		op.fail(err)
 		return
 	}
 

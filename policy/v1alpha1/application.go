@@ -96,10 +96,13 @@ type HelmSource struct {
 	// SkipSchemaValidation skips the charts' values.schema.json.
 	SkipSchemaValidation bool `json:"skipSchemaValidation,omitempty"`
 	// KubeVersion is .Capabilities.KubeVersion (e.g. "1.37.0"); default:
-	// Helm's default (the destination cluster's in a later version).
+	// the destination cluster's version, read as the sync identity (Argo
+	// CD's default).
 	KubeVersion string `json:"kubeVersion,omitempty"`
 	// APIVersions are .Capabilities.APIVersions ("GROUP/VERSION" or
-	// "GROUP/VERSION/KIND"); default: Helm's defaults.
+	// "GROUP/VERSION/KIND") added to Helm's built-in list; default: every
+	// API version and kind the destination serves, discovered as the sync
+	// identity (Argo CD's default).
 	APIVersions []string `json:"apiVersions,omitempty"`
 	// PassCredentials is Argo CD's option to send a Helm repository's
 	// credentials to the hosts its charts are served from. It has no effect:

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"deputy.dev/deputy/syncer/source/limit"
+	"deputy.dev/deputy/syncer/source/localrepo"
 )
 
 // Limits bound one operation: what a render may read and produce, what a
@@ -216,3 +217,7 @@ func isLimitError(err error) bool {
 	var le *LimitError
 	return errors.As(err, &le)
 }
+
+// FieldLocalRepositories is the configuration field that allows local
+// repositories; refusals name it.
+const FieldLocalRepositories = localrepo.Field

@@ -23,8 +23,8 @@ import (
 // objects, and the plain-manifest decoder's worst case. "before" runs
 // kustomize in deputy's own process and fetches without an object count
 // limit (as until issue 12); "after" is the engine's render with the
-// default limits. It takes several minutes and is skipped unless
-// DEPUTY_RENDER_RSS=1 (DEPUTY_RENDER_RSS_CASES=alias,amplify,real,objects,plain
+// default limits ("raised": maxFileBytes 128Mi). It takes several minutes and is skipped unless
+// DEPUTY_RENDER_RSS=1 (DEPUTY_RENDER_RSS_CASES=alias,amplify,real,objects,plain,helm
 // picks cases, plain-before adds the plain decoder in process, which takes
 // 10 GB; the figures are in docs/benchmarks.md):
 //
@@ -37,7 +37,7 @@ func TestRenderRSS(t *testing.T) {
 		t.Skip("needs git")
 	}
 	cases := map[string]bool{}
-	for _, c := range strings.Split(cmp.Or(os.Getenv("DEPUTY_RENDER_RSS_CASES"), "alias,amplify,real,objects,plain"), ",") {
+	for _, c := range strings.Split(cmp.Or(os.Getenv("DEPUTY_RENDER_RSS_CASES"), "alias,amplify,real,objects,plain,helm"), ",") {
 		cases[c] = true
 	}
 	// One repository per case, so that each fetch holds only its case.
@@ -89,6 +89,30 @@ func TestRenderRSS(t *testing.T) {
 			r.write("real-plain/crds.yaml", crds.String())
 		})
 	}
+	// Hostile Helm charts (issue 14): one rendering 100k objects, one whose
+	// values.yaml is 100 MB, and one whose values.yaml is within
+	// maxFileBytes (31 MB) but holds 1.6 million keys that a template
+	// prints back (toYaml) into one ConfigMap.
+	if cases["helm"] {
+		repo("helm", func(r *testRepo) {
+			r.write("helm-many/Chart.yaml", "apiVersion: v2\nname: many\nversion: 0.1.0\n")
+			r.write("helm-many/templates/cm.yaml", "{{ range until 100000 }}---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm-{{ . }}}\n{{ end }}")
+			var keys strings.Builder
+			for i := 0; keys.Len() < 31<<20; i++ {
+				fmt.Fprintf(&keys, "k%07d: v\n", i)
+			}
+			r.write("helm-keys/Chart.yaml", "apiVersion: v2\nname: keys\nversion: 0.1.0\n")
+			r.write("helm-keys/values.yaml", keys.String())
+			r.write("helm-keys/templates/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: keys}\ndata:\n{{ toYaml .Values | indent 2 }}\n")
+		})
+		// Its own repository: the fetch refuses the 100 MB blob unless
+		// maxFileBytes is raised ("raised": 128Mi).
+		repo("helmbig", func(r *testRepo) {
+			r.write("helmbig-values/Chart.yaml", "apiVersion: v2\nname: values\nversion: 0.1.0\n")
+			r.write("helmbig-values/templates/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: big}\ndata: {len: {{ len .Values.a | quote }}}\n")
+			r.write("helmbig-values/values.yaml", "a: "+strings.Repeat("x", 100<<20)+"\n")
+		})
+	}
 	if cases["objects"] {
 		// 1,001,005 objects, and (many-at-limit) as many as the default
 		// maxFetchObjects allows.
@@ -109,6 +133,7 @@ func TestRenderRSS(t *testing.T) {
 	add("objects", run{"objects", "before", "many"}, run{"objects", "after", "many"}, run{"objects", "after", "many-at-limit"})
 	add("real", run{"real", "before", "real"}, run{"real", "after", "real"}, run{"real", "before", "real-plain"}, run{"real", "after", "real-plain"})
 	add("plain", run{"plain", "after", "plain"})
+	add("helm", run{"helm", "after", "helm-many"}, run{"helm", "after", "helm-keys"}, run{"helm", "after", "helmbig-values"}, run{"helm", "raised", "helmbig-values"})
 	// 10 GB of RSS: only when asked for.
 	add("plain-before", run{"plain", "before", "plain"})
 	for _, rn := range runs {
@@ -160,8 +185,11 @@ func TestRenderRSSChild(t *testing.T) {
 		var objs []*unstructured.Unstructured
 		objs, err = renderInProcess(ctx, t.TempDir(), url, p)
 		n = len(objs)
-	case "after":
+	case "after", "raised":
 		c := &Cache{dir: t.TempDir(), limits: DefaultLimits()}
+		if mode == "raised" {
+			c.limits.MaxFileBytes = 128 << 20
+		}
 		var out *Rendered
 		out, err = c.Render(ctx, src, "")
 		if out != nil {

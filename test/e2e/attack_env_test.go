@@ -632,6 +632,8 @@ func tail(s string, lines int) string {
 type tenantApp struct {
 	ns, name, project, repoURL, path, dest string
 	prune                                  bool
+	// helm is spec.source.helm, when set.
+	helm map[string]any
 }
 
 func (a tenantApp) object(user string) *unstructured.Unstructured {
@@ -642,12 +644,16 @@ func (a tenantApp) object(user string) *unstructured.Unstructured {
 	if a.prune {
 		sync["prune"] = true
 	}
+	source := map[string]any{"repoURL": a.repoURL, "path": a.path}
+	if a.helm != nil {
+		source["helm"] = a.helm
+	}
 	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "deputy.dev/v1alpha1", "kind": "Application",
 		"metadata": map[string]any{"name": a.name, "namespace": a.ns, "labels": map[string]any{attackLabel: "true"}},
 		"spec": map[string]any{
 			"project":     a.project,
-			"source":      map[string]any{"repoURL": a.repoURL, "path": a.path},
+			"source":      source,
 			"destination": map[string]any{"server": inCluster, "namespace": a.dest},
 		},
 		"operation": map[string]any{

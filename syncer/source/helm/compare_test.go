@@ -201,3 +201,30 @@ func (d dirFiles) IsDir(p string) bool {
 	fi, err := os.Stat(filepath.Join(string(d), filepath.FromSlash(p)))
 	return err == nil && fi.IsDir()
 }
+
+// A chart whose templates render only hooks (its release manifest is
+// empty) renders the hooks, as helm template prints them.
+func TestHooksOnlyChartEqualsHelmTemplate(t *testing.T) {
+	bin := helmBin(t)
+	src := v1alpha1.HelmSource{ReleaseName: "guestbook", Namespace: "web"}
+	cmd := exec.CommandContext(t.Context(), bin, helmArgs("hooks-only", &src)...)
+	cmd.Dir = "testdata"
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helm: %v", err)
+	}
+	want, err := decode(string(out), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Render(t.Context(), Options{Files: dirFiles("testdata"), ChartDir: "hooks-only", Source: &src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(want) != 1 || want[0].GetName() != "guestbook-migrate" {
+		t.Fatalf("helm template rendered %v, want the one hook", objects(want))
+	}
+	if diff := cmp.Diff(objects(want), objects(got)); diff != "" {
+		t.Errorf("deputy's render differs from helm template (-helm +deputy):\n%s", diff)
+	}
+}

@@ -35,8 +35,9 @@ type Files interface {
 // defaultKubeVersion is .Capabilities.KubeVersion when spec.source.helm
 // sets no kubeVersion: what the helm v3.22.0 release binary reports (its
 // build stamps the version of its k8s.io modules, 1.37; the library alone
-// says 1.20). The destination cluster's version, from its discovery, comes
-// in a later version of deputy.
+// says 1.20). The sync engine fills Source.KubeVersion with the destination
+// cluster's version, so this applies to offline renders and to a
+// destination whose /version could not be read.
 const defaultKubeVersion = "v1.37.0"
 
 // DependencyFunc fetches a remote Chart.yaml dependency d of the chart
@@ -73,7 +74,7 @@ type Options struct {
 // --include-crds (unless skipCrds) does: an install in client-only dry-run
 // mode, `lookup` returning nothing, .Capabilities from
 // Source.KubeVersion (else defaultKubeVersion) and APIVersions over Helm's
-// defaults (the destination cluster's discovery comes in a later version),
+// defaults (the sync engine passes the destination's, from discovery),
 // hooks after the other objects, each with its annotations (test hooks
 // too, as helm template without --skip-tests). Objects come back in that
 // order.
@@ -175,6 +176,9 @@ func decode(manifest string, count func(int) error) ([]*unstructured.Unstructure
 				return out, nil
 			}
 			return nil, fmt.Errorf("the chart renders invalid YAML (object %d): %w", len(out)+1, err)
+		}
+		if len(bytes.TrimSpace(raw)) == 0 {
+			continue // an empty document: a chart with no manifest but hooks starts with one
 		}
 		var m map[string]any
 		if err := json.Unmarshal(raw, &m); err != nil {

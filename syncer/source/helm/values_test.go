@@ -77,8 +77,8 @@ func TestEscapeCommas(t *testing.T) {
 }
 
 func TestConfigured(t *testing.T) {
-	if Configured(nil) || Configured(&v1alpha1.HelmSource{ReleaseName: "a", Namespace: "b"}) {
-		t.Error("a release name and namespace alone (the sync engine's defaults) configure nothing")
+	if Configured(nil) || Configured(&v1alpha1.HelmSource{ReleaseName: "a", Namespace: "b", KubeVersion: "v1.36.4", APIVersions: []string{"v1", "v1/ConfigMap"}}) {
+		t.Error("a release name, namespace and the destination's capabilities alone (the sync engine's defaults) configure nothing")
 	}
 	if !Configured(&v1alpha1.HelmSource{SkipCrds: true}) {
 		t.Error("skipCrds configures the render")

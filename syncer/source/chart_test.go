@@ -241,3 +241,34 @@ func TestRenderGitChartRemoteDependency(t *testing.T) {
 		t.Errorf("objects (-want +got):\n%s", diff)
 	}
 }
+
+// A chart from a repository whose Chart.yaml names a dependency in a
+// permitted repository gets it (newest version its range allows); a
+// file:// dependency of a downloaded chart has nowhere to come from.
+func TestRenderRepositoryChartDependencies(t *testing.T) {
+	s := newChartServer(t)
+	s.open = true
+	s.add(webChart("1.0.0"))
+	s.add(webChart("1.0.3"))
+	s.add(&chart.Chart{Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "shop", Version: "2.0.0",
+		Dependencies: []*chart.Dependency{{Name: "web", Version: "~1.0.0", Repository: s.srv.URL}}},
+		Templates: []*chart.File{{Name: "templates/cm.yaml", Data: []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: shop}\n")}}})
+	s.add(&chart.Chart{Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "local", Version: "1.0.0",
+		Dependencies: []*chart.Dependency{{Name: "web", Version: "1.0.0", Repository: "file://../web"}}}})
+	c := s.chartCache("s3cret")
+	h := &v1alpha1.HelmSource{ReleaseName: "r", Namespace: "n"}
+	got, err := c.Render(t.Context(), v1alpha1.ApplicationSource{RepoURL: s.srv.URL, Chart: "shop", Helm: h}, "", WithProject("team-a", []string{s.srv.URL}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"ConfigMap/r-config", "ConfigMap/shop", "Deployment/r"}, names(got.Objects)); diff != "" {
+		t.Errorf("objects (-want +got):\n%s", diff)
+	}
+	if v := got.Objects[0].Object["data"].(map[string]any)["chart"]; v != "1.0.3" {
+		t.Errorf("the dependency's version is %v, want 1.0.3, the newest ~1.0.0 allows", v)
+	}
+	_, err = c.Render(t.Context(), v1alpha1.ApplicationSource{RepoURL: s.srv.URL, Chart: "local", Helm: h}, "", WithProject("team-a", []string{s.srv.URL}))
+	if err == nil || !strings.Contains(err.Error(), `chart local 1.0.0 from `+s.srv.URL+`: Chart.yaml dependency web (repository "file://../web"): a file:// dependency of a chart downloaded from a repository has no directory to come from`) {
+		t.Fatalf("err = %v", err)
+	}
+}

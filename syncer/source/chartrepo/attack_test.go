@@ -106,10 +106,10 @@ func TestHostileRepositoriesHitLimits(t *testing.T) {
 			big := rawArchive(t, tarEntry{name: "app/Chart.yaml", data: []byte("apiVersion: v2\nname: app\nversion: 1.0.0\n")}, tarEntry{name: "app/noise", data: randomBytes(2 << 20)})
 			r.add(big, "app", "1.0.0", "", "")
 		}, limit.FieldMaxFetchBytes, "app-1.0.0.tgz"},
-		{"a decompression bomb (1 GiB of zeros in a few KB)", func(r *helmRepo) {
-			bomb := rawArchive(t, tarEntry{name: "app/Chart.yaml", data: []byte("apiVersion: v2\nname: app\nversion: 1.0.0\n")}, tarEntry{name: "app/templates/zeros.yaml", zeros: 1 << 30})
+		{"a decompression bomb (64 MiB of zeros in 64 KB)", func(r *helmRepo) {
+			bomb := rawArchive(t, tarEntry{name: "app/Chart.yaml", data: []byte("apiVersion: v2\nname: app\nversion: 1.0.0\n")}, tarEntry{name: "app/templates/zeros.yaml", zeros: 64 << 20})
 			r.add(bomb, "app", "1.0.0", "", "")
-		}, limit.FieldMaxFileBytes, `the chart archive's file "app/templates/zeros.yaml" (1Gi unpacked)`},
+		}, limit.FieldMaxFileBytes, `the chart archive's file "app/templates/zeros.yaml" (64Mi unpacked)`},
 		{"many files that add up", func(r *helmRepo) {
 			var es []tarEntry
 			es = append(es, tarEntry{name: "app/Chart.yaml", data: []byte("apiVersion: v2\nname: app\nversion: 1.0.0\n")})

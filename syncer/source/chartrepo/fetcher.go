@@ -61,7 +61,8 @@ type Fetcher struct {
 	// CacheDir holds archives by digest (sha256-HEX.tgz); "" caches nothing.
 	CacheDir string
 	Limits   Limits
-	// Credential is sent to the Origin of Source.RepoURL only (Fetch);
+	// Credential is sent to the origin (scheme, host, port) of
+	// Source.RepoURL only (Fetch);
 	// dependencies are fetched without credentials.
 	Credential *Credential
 	// Permitted reports whether the project permits a dependency's
@@ -81,9 +82,12 @@ type Fetcher struct {
 // Chart is a fetched chart: its resolved version, its archive's digest and
 // its files (paths relative to the chart's directory).
 type Chart struct {
+	// Version is the version the source resolved to.
 	Version string
-	Digest  string
-	Files   []*loader.BufferedFile
+	// Digest is the archive's sha256 (hex), "" when the index gives none.
+	Digest string
+	// Files are the chart's files as loader.LoadArchiveFiles returns them.
+	Files []*loader.BufferedFile
 }
 
 // CheckSource checks a chart source without fetching anything: the chart

@@ -23,9 +23,9 @@ const maxRedirects = 10
 // environment's proxy.
 var baseTransport = http.DefaultTransport.(*http.Transport).Clone()
 
-// Origin is a URL's scheme, lower-case host and port (the scheme's default
+// origin is a URL's scheme, lower-case host and port (the scheme's default
 // when absent): what a credential is bound to.
-func Origin(u *url.URL) string {
+func origin(u *url.URL) string {
 	port := u.Port()
 	if port == "" {
 		switch u.Scheme {
@@ -89,7 +89,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err := checkScheme(req.URL); err != nil {
 		return nil, err
 	}
-	if t.cred != nil && Origin(req.URL) == t.credOrigin && req.Header.Get("Authorization") == "" {
+	if t.cred != nil && origin(req.URL) == t.credOrigin && req.Header.Get("Authorization") == "" {
 		req = req.Clone(req.Context())
 		req.SetBasicAuth(t.cred.Username, t.cred.Password)
 	}
@@ -164,7 +164,7 @@ func newClient(base http.RoundTripper, cred *Credential, credOrigin string, maxB
 		if via[0].URL.Scheme == "https" && req.URL.Scheme != "https" {
 			return fmt.Errorf("refusing the redirect from %s to %s: it leaves https", redact(via[0].URL), redact(req.URL))
 		}
-		if Origin(req.URL) != Origin(via[0].URL) {
+		if origin(req.URL) != origin(via[0].URL) {
 			req.Header.Del("Authorization")
 		}
 		return nil

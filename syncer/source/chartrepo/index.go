@@ -21,7 +21,7 @@ const newestListed = 5
 // resolved against the repository URL (repo.ResolveReferenceURL); it may be
 // on another host, which gets no credential.
 func (f *Fetcher) locateIndex(ctx context.Context, s Source, u *url.URL, cred *Credential) (*located, error) {
-	origin := Origin(u)
+	origin := origin(u)
 	client, t := newClient(f.Transport, cred, origin, f.Limits.MaxFetchBytes)
 	indexURL := strings.TrimSuffix(s.RepoURL, "/") + "/index.yaml"
 	data, err := get(ctx, client, t, indexURL, credentialHint(cred, s.RepoURL),

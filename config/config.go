@@ -125,14 +125,17 @@ type SyncCluster struct {
 	InCluster bool `json:"inCluster,omitempty"`
 }
 
-// RepositoryCredentials are the credentials of the Git repositories URL
-// covers (same scheme, host and port; path equal or below on a '/'
-// boundary): username and password from two files, or from a Secret (keys
-// username and password). Set one of the two.
+// RepositoryCredentials are the credentials of the repositories URL covers
+// (same scheme, host and port; path equal or below on a '/' boundary): Git
+// repositories, Helm repositories and OCI registries of chart sources;
+// username and password from two files, or from a Secret (keys username
+// and password). Set one of the two.
 type RepositoryCredentials struct {
 	// URL is an https:// repository URL or path prefix, e.g.
 	// https://github.com/example (covers https://github.com/example/app.git,
-	// not https://github.com/example-evil/app.git).
+	// not https://github.com/example-evil/app.git), or oci://HOST/PATH for
+	// an OCI registry's charts (covers a chart source whose repoURL is
+	// oci://HOST/PATH or below).
 	URL string `json:"url"`
 	// UsernameFile and PasswordFile are files holding the username and the
 	// password or token (trailing newlines are ignored); re-read for every

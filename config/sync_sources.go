@@ -222,9 +222,9 @@ func credentialURLProblem(raw string) string {
 	u, err := url.Parse(raw)
 	switch {
 	case err != nil:
-		return "must be an https:// URL (a repository or a path prefix), e.g. https://git.example.com/team-a"
-	case u.Scheme != "https" && u.Scheme != "http":
-		return "must be an https:// (or http:// on loopback) URL: credentials are sent only over HTTP(S)"
+		return "must be an https:// URL (a repository or a path prefix), e.g. https://git.example.com/team-a, or oci://HOST/PATH for an OCI registry"
+	case u.Scheme != "https" && u.Scheme != "http" && u.Scheme != "oci":
+		return "must be an https:// (or http:// on loopback) URL, or oci://HOST/PATH for an OCI registry: credentials are sent only over HTTP(S)"
 	case u.Host == "" || u.Hostname() == "":
 		return "must name a host, e.g. https://git.example.com/team-a"
 	case u.User != nil:

@@ -120,6 +120,12 @@ func TestSyncSourcesValidation(t *testing.T) {
 		{"an ssh credential URL", func(c *DeputyConfiguration) {
 			c.Sync.Repositories = []RepositoryCredentials{{URL: "ssh://git@git.example.com/team-a", UsernameFile: "/u", PasswordFile: "/p"}}
 		}, "must be an https://"},
+		{"an OCI registry's credential URL", func(c *DeputyConfiguration) {
+			c.Sync.Repositories = []RepositoryCredentials{{URL: "oci://registry.example.com/charts", UsernameFile: "/u", PasswordFile: "/p"}}
+		}, ""},
+		{"an OCI credential URL with user info", func(c *DeputyConfiguration) {
+			c.Sync.Repositories = []RepositoryCredentials{{URL: "oci://me@registry.example.com/charts", UsernameFile: "/u", PasswordFile: "/p"}}
+		}, "must not carry user info"},
 		{"a credential URL for a path", func(c *DeputyConfiguration) {
 			c.Sync.Repositories = []RepositoryCredentials{{URL: "https://git.example.com:8443/team-a/", UsernameFile: "/u", PasswordFile: "/p"}}
 		}, ""},

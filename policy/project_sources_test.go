@@ -65,6 +65,14 @@ func TestSourcePermittedIsArgoCDs(t *testing.T) {
 		{[]string{"file:///srv/git/*"}, "file:///srv/git/team/app", false},
 		{[]string{"/srv/git/**"}, "/srv/git/team/app", true},
 		{nil, "https://github.com/argoproj/test.git", false},
+
+		// OCI chart repositories (spec.source.chart with oci://HOST/PATH)
+		// match as any repoURL string does.
+		{[]string{"oci://registry.example.com/charts"}, "oci://registry.example.com/charts", true},
+		{[]string{"oci://registry.example.com/*"}, "oci://Registry.example.com/charts", true},
+		{[]string{"oci://registry.example.com/*"}, "oci://registry.example.com/team/charts", false},
+		{[]string{"https://registry.example.com/*"}, "oci://registry.example.com/charts", false},
+		{[]string{"*", "!oci://registry.example.com/**"}, "oci://registry.example.com/team/charts", false},
 	} {
 		c, err := CompileAppProject(&v1alpha1.AppProject{Spec: v1alpha1.AppProjectSpec{SourceRepos: tc.repos}})
 		if err != nil {

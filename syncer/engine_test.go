@@ -143,8 +143,13 @@ func TestRunEndsInErrorBeforeTouchingTheCluster(t *testing.T) {
 		want     string
 		revision bool
 	}{
-		{name: "a chart from a Helm repository", mutate: func(a *v1alpha1.Application) { a.Spec.Source.Chart = "nginx" },
-			want: "Helm charts from a Helm repository or an OCI registry (spec.source.chart) are not supported by deputy yet"},
+		{name: "a chart version that is no semver constraint", mutate: func(a *v1alpha1.Application) {
+			a.Spec.Source = v1alpha1.ApplicationSource{RepoURL: "oci://registry.example.com/charts", Chart: "nginx", TargetRevision: "main"}
+		}, want: `spec.source.targetRevision "main" of chart nginx is not a chart version or semver constraint`},
+		{name: "an OCI chart repository the project does not permit", mutate: func(a *v1alpha1.Application) {
+			a.Spec.Source = v1alpha1.ApplicationSource{RepoURL: "oci://registry.example.com/charts", Chart: "nginx", TargetRevision: "1.*"}
+		}, project: func(p *v1alpha1.AppProject) { p.Spec.SourceRepos = []string{"https://registry.example.com/*"} },
+			want: "application repo oci://registry.example.com/charts is not permitted in project 'guestbook'"},
 		{name: "invalid Helm values", mutate: func(a *v1alpha1.Application) {
 			a.Spec.Source.Helm = &v1alpha1.HelmSource{Parameters: []v1alpha1.HelmParameter{{Value: "x"}}}
 		}, want: "spec.source.helm.parameters[0].name: Required value: name the value to set"},

@@ -247,7 +247,7 @@ func (op *operation) renderedKinds(ctx context.Context, cl *clients, compiled *p
 	if source.CheckSupported(src) != nil || checkSource(compiled, src) != nil {
 		return nil
 	}
-	r, err := op.e.sources.Render(ctx, withCapabilities(src, cl.capabilities), "")
+	r, err := op.e.sources.Render(ctx, withCapabilities(src, cl.capabilities), "", source.WithProject(op.project.Name, op.project.Spec.SourceRepos))
 	if err != nil {
 		op.log.Info("deleting: the source does not render; looking only where the last operation recorded objects", "error", err.Error())
 		return nil

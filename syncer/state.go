@@ -99,7 +99,7 @@ func (op *operation) sync(ctx context.Context) {
 		op.fail(err)
 		return
 	}
-	r, err := op.e.sources.Render(ctx, withCapabilities(src, cl.capabilities), op.req.Sync.Revision)
+	r, err := op.e.sources.Render(ctx, withCapabilities(src, cl.capabilities), op.req.Sync.Revision, source.WithProject(op.project.Name, op.project.Spec.SourceRepos))
 	if r != nil {
 		op.setRevision(r.Revision)
 	}

@@ -41,16 +41,19 @@ type ApplicationSpec struct {
 
 // ApplicationSource is a Git repository, a path in it and a revision.
 type ApplicationSource struct {
-	// RepoURL is the Git repository: https://, file:// or a local path.
+	// RepoURL is the Git repository: https://, file:// or a local path; with
+	// Chart, the Helm repository (https://) or OCI registry (oci://HOST/PATH).
 	RepoURL string `json:"repoURL"`
 	// Path is the directory inside the repository ("" or "." for its root).
 	Path string `json:"path,omitempty"`
-	// TargetRevision is a branch, tag, commit SHA or HEAD (default HEAD).
+	// TargetRevision is a branch, tag, commit SHA or HEAD (default HEAD);
+	// with Chart, a chart version or semver range.
 	TargetRevision string `json:"targetRevision,omitempty"`
-	// Chart is an Argo CD chart source (a chart from a Helm repository or an
-	// OCI registry, with repoURL the repository): not supported yet; set, it
-	// fails the operation with a clear error. A chart held in Git needs no
-	// chart field: its path holds Chart.yaml.
+	// Chart is an Argo CD chart source: the chart's name in the Helm
+	// repository (https://) or OCI registry (oci://HOST/PATH) of RepoURL,
+	// at TargetRevision (an exact version or a semver range; "" the newest
+	// stable version). A chart held in Git needs no chart field: its path
+	// holds Chart.yaml.
 	Chart string `json:"chart,omitempty"`
 	// Helm configures the Helm render of a chart in Git (the path holds
 	// Chart.yaml), with Argo CD's fields and semantics.

@@ -7,21 +7,25 @@
 // a Helm chart through package helm)
 // in a render worker, reading lazily from the Git objects within Limits.
 // Its entry points are New (Options) → Cache, Cache.Render (→ Rendered),
-// Cache.ResolveRevision, CheckSupported, and the render worker hook
+// Cache.ResolveRevision, CheckSupported, WithProject, and the render worker hook
 // (IsRenderWorker, RenderWorkerMain). The name is the Application field's,
 // spec.source (policy.FileSource and policy/clustersource are something
 // else: where policy objects are read from).
 //
 // It must not decide what an Application may deploy (the sync engine,
 // package syncer, checks the AppProject and talks to clusters), and must not
-// let a tenant steer what it reads: remote repositories fetched from
+// let a tenant steer what it reads: charts from Helm repositories and OCI
+// registries (spec.source.chart) fetched, verified by digest, cached and
+// unpacked by the render worker (package chartrepo) with at most the one
+// credential that covers the repository URL, sent to its exact origin
+// only, remote chart dependencies only from repositories the project's
+// sourceRepos permit and without credentials; remote repositories fetched from
 // exactly the Application's URL (http(s) only, one reading: no credentials,
 // dot segments or encoded separators in it), credentials never sent
 // elsewhere or over plain http except to loopback; local repositories only
 // under Options.LocalRepositories, every file access confined to them; no
 // kustomize remote content unless the operator allows it, never exec or KRM
-// function plugins or kustomize's Helm; Helm charts only from the repository
-// (no remote dependency, values URL or registry); every fetch and render bounded (Limits, each
+// function plugins or kustomize's Helm; no values URL; every fetch and render bounded (Limits, each
 // exceeded limit a *LimitError naming its configuration field). It must not
 // render in the process it runs in (deputy's, which answers kube-apiserver's
 // webhooks): renders run in render workers, child processes bounded in

@@ -20,11 +20,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"deputy.dev/deputy/internal/secretfile"
+	"deputy.dev/deputy/syncer/source/gitfetch"
 	"deputy.dev/deputy/syncer/source/localrepo"
 )
 
 // RepoCredential holds the HTTPS credentials of the repositories URL
-// covers: URL's scheme, host and port must equal the repository URL's
+// covers (Git repositories, Helm repositories, and OCI registries with an
+// oci:// URL): URL's scheme, host and port must equal the repository URL's
 // (default ports made explicit, host case-insensitive), and the repository's
 // path must be URL's path or below it on a '/' boundary
 // ("https://git.example.com/team-a" covers ".../team-a/app.git", never
@@ -173,14 +175,15 @@ func (c *Cache) lock(key string) *sync.Mutex {
 // fetch updates the bare mirror in dir (cloning it the first time, or again
 // when the cached copy cannot be opened or fetched into). The fetch always
 // goes to repoURL (FetchOptions.RemoteURL), never to the URL the mirror
-// recorded, and runs within a fetchBudget (see transport.go): a limit it
+// recorded, and runs within a gitfetch.Budget: a limit it
 // exceeds is returned as a *LimitError.
 func fetch(ctx context.Context, dir, repoURL string, auth transport.AuthMethod, limits Limits) (*git.Repository, error) {
-	installGitTransport()
-	budget := newFetchBudget(limits)
-	ctx = withFetchBudget(ctx, budget)
+	gitfetch.Install()
+	limits = limits.WithDefaults()
+	budget := gitfetch.NewBudget(gitfetch.Limits{MaxFetchBytes: limits.MaxFetchBytes, MaxFileBytes: limits.MaxFileBytes, MaxFetchObjects: limits.MaxFetchObjects})
+	ctx = gitfetch.WithBudget(ctx, budget)
 	fail := func(what string, err error) error {
-		if lerr := budget.err(); lerr != nil {
+		if lerr := budget.Err(); lerr != nil {
 			return fmt.Errorf("failed to %s %s: %w", what, repoURL, lerr)
 		}
 		return fmt.Errorf("failed to %s %s: %w", what, repoURL, err)
@@ -191,7 +194,7 @@ func fetch(ctx context.Context, dir, repoURL string, auth transport.AuthMethod, 
 		if err == nil || errors.Is(err, git.NoErrAlreadyUpToDate) {
 			return repo, nil
 		}
-		if ctx.Err() != nil || budget.err() != nil || errors.Is(err, transport.ErrAuthenticationRequired) || errors.Is(err, transport.ErrAuthorizationFailed) ||
+		if ctx.Err() != nil || budget.Err() != nil || errors.Is(err, transport.ErrAuthenticationRequired) || errors.Is(err, transport.ErrAuthorizationFailed) ||
 			errors.Is(err, transport.ErrRepositoryNotFound) {
 			return nil, fail("fetch", err)
 		}

@@ -7,8 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/resource"
-
+	"deputy.dev/deputy/syncer/source/limit"
 	"deputy.dev/deputy/syncer/source/localrepo"
 )
 
@@ -49,14 +48,14 @@ type Limits struct {
 
 // The configuration fields of the limits, as error messages name them.
 const (
-	FieldMaxFileBytes     = "sync.limits.maxFileBytes"
-	FieldMaxRenderBytes   = "sync.limits.maxRenderBytes"
-	FieldMaxFiles         = "sync.limits.maxFiles"
-	FieldMaxObjects       = "sync.limits.maxObjects"
-	FieldMaxRenderMemory  = "sync.limits.maxRenderMemory"
-	FieldMaxFetchBytes    = "sync.limits.maxFetchBytes"
-	FieldMaxFetchObjects  = "sync.limits.maxFetchObjects"
-	FieldOperationTimeout = "sync.limits.operationTimeout"
+	FieldMaxFileBytes     = limit.FieldMaxFileBytes
+	FieldMaxRenderBytes   = limit.FieldMaxRenderBytes
+	FieldMaxFiles         = limit.FieldMaxFiles
+	FieldMaxObjects       = limit.FieldMaxObjects
+	FieldMaxRenderMemory  = limit.FieldMaxRenderMemory
+	FieldMaxFetchBytes    = limit.FieldMaxFetchBytes
+	FieldMaxFetchObjects  = limit.FieldMaxFetchObjects
+	FieldOperationTimeout = limit.FieldOperationTimeout
 )
 
 // DefaultMaxRenderMemory is the default of Limits.MaxRenderMemory: more
@@ -117,27 +116,14 @@ func (l Limits) WithDefaults() Limits {
 	return l
 }
 
-// LimitError is a limit an operation exceeded. Its message names the
-// configuration field to raise (or the input to shrink).
-type LimitError struct {
-	// Field is the configuration field, e.g. FieldMaxFileBytes.
-	Field string
-	// What says what exceeded it, e.g. `file "app/big.yaml" (40 MiB)`.
-	What string
-	// Limit is the limit's value as configured, e.g. "32Mi".
-	Limit string
-}
-
-// Error says what exceeded which field, and the fix.
-func (e *LimitError) Error() string {
-	return fmt.Sprintf("%s exceeds %s (%s): shrink the input or raise the limit in deputy's configuration", e.What, e.Field, e.Limit)
-}
+// LimitError is a limit an operation exceeded (limit.Error: its Field,
+// What and Limit). Its message names the configuration field to raise (or
+// the input to shrink).
+type LimitError = limit.Error
 
 // bytesString renders n as a binary quantity ("32Mi") as the configuration
 // writes it.
-func bytesString(n int64) string {
-	return resource.NewQuantity(n, resource.BinarySI).String()
-}
+func bytesString(n int64) string { return limit.Bytes(n) }
 
 // renderBudget counts what one render (in a render worker) reads and
 // produces against Limits. It is safe for concurrent use. ctx is the

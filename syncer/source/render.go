@@ -10,6 +10,7 @@ import (
 	"io"
 	"io/fs"
 	"path"
+	"path/filepath"
 	"sort"
 	"strings"
 
@@ -33,7 +34,9 @@ const maxSymlinkDepth = 16
 
 // Rendered is an Application's manifests at one commit.
 type Rendered struct {
-	// Revision is the commit SHA the manifests come from.
+	// Revision is the commit SHA the manifests come from (a chart from a
+	// Helm repository or an OCI registry: the chart's version, as Argo CD
+	// records it).
 	Revision string
 	// Objects are the rendered objects, in the render's order (plain
 	// manifests: files in lexical order of their paths, documents in file
@@ -51,14 +54,26 @@ type Rendered struct {
 // against a concurrent fetch until the worker has ended. The objects come
 // back within Limits.MaxRenderBytes and MaxObjects.
 //
-// Errors: a chart source (ErrHelmChart) or invalid spec.source.helm, a path that leaves the repository, a
+// A chart source (spec.source.chart) is fetched and rendered by the render
+// worker (chart.go, package chartrepo): revision, else targetRevision, is
+// its version or semver constraint; its remote dependencies are fetched
+// only from repositories WithProject's sourceRepos permit.
+//
+// Errors: an invalid chart source or spec.source.helm, a path that leaves the repository, a
 // repository that cannot be opened or fetched (naming it), a revision that
 // does not exist there, a limit exceeded (a *LimitError naming its
 // configuration field), or the render's own error. When the revision was
 // resolved, the returned Rendered carries it even with an error.
-func (c *Cache) Render(ctx context.Context, src v1alpha1.ApplicationSource, revision string) (*Rendered, error) {
+func (c *Cache) Render(ctx context.Context, src v1alpha1.ApplicationSource, revision string, opts ...RenderOption) (*Rendered, error) {
 	if err := CheckSupported(src); err != nil {
 		return nil, err
+	}
+	var o renderOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if src.Chart != "" {
+		return c.renderChart(ctx, src, revision, o)
 	}
 	if revision == "" {
 		revision = src.TargetRevision
@@ -78,7 +93,8 @@ func (c *Cache) Render(ctx context.Context, src v1alpha1.ApplicationSource, revi
 		return nil, fmt.Errorf("%s: %w", src.RepoURL, err)
 	}
 	out := &Rendered{Revision: commit.Hash.String()}
-	req := workerRequest{Repo: opened.where, Commit: out.Revision, SourcePath: src.Path, Dir: dir, Helm: src.Helm, Limits: c.limits.WithDefaults(), Kustomize: c.kustomize}
+	req := workerRequest{Repo: opened.where, Commit: out.Revision, SourcePath: src.Path, Dir: dir, Helm: src.Helm, Limits: c.limits.WithDefaults(), Kustomize: c.kustomize,
+		ChartCache: filepath.Join(c.dir, "charts"), Project: o.project, SourceRepos: o.sourceRepos}
 	if d, ok := ctx.Deadline(); ok {
 		req.Deadline = d
 	}
@@ -94,7 +110,8 @@ func (c *Cache) Render(ctx context.Context, src v1alpha1.ApplicationSource, revi
 // of each. Everything is read lazily from the Git objects through gitFS,
 // within budget. started is called with workerKustomize or workerManifests
 // once the kind of render is known; each object is passed to emit as JSON.
-func renderCommit(repo *git.Repository, commit *object.Commit, repoURL, sourcePath, dir string, hs *v1alpha1.HelmSource, budget *renderBudget, kopts KustomizeOptions, started func(kind string), emit func([]byte) error) error {
+// A chart's remote dependencies come through deps.
+func renderCommit(repo *git.Repository, commit *object.Commit, repoURL, sourcePath, dir string, hs *v1alpha1.HelmSource, budget *renderBudget, kopts KustomizeOptions, deps helm.DependencyFunc, started func(kind string), emit func([]byte) error) error {
 	rev := commit.Hash.String()
 	if err := checkObjectSize(repo, commit.TreeHash, plumbing.TreeObject, "the root tree", budget); err != nil {
 		return err
@@ -121,7 +138,7 @@ func renderCommit(repo *git.Repository, commit *object.Commit, repoURL, sourcePa
 		var objs []*unstructured.Unstructured
 		if _, ferr := sub.tree.FindEntry("Chart.yaml"); ferr == nil {
 			started(workerHelm)
-			objs, err = helm.Render(budget.ctx, helm.Options{Files: gfs, ChartDir: sub.rel, Source: hs, CountObjects: budget.objects})
+			objs, err = helm.Render(budget.ctx, helm.Options{Files: gfs, ChartDir: sub.rel, Source: hs, CountObjects: budget.objects, Dependency: deps})
 		} else if helm.Configured(hs) {
 			return fmt.Errorf("spec.source.helm is set but path %q holds no Chart.yaml: set spec.source.path to the chart's directory or remove spec.source.helm", sourcePath)
 		} else {
@@ -131,16 +148,7 @@ func renderCommit(repo *git.Repository, commit *object.Commit, repoURL, sourcePa
 		if err != nil {
 			return err
 		}
-		for _, o := range objs {
-			data, err := o.MarshalJSON()
-			if err != nil {
-				return fmt.Errorf("failed to encode %s %s: %w", o.GetKind(), o.GetName(), err)
-			}
-			if err := emit(data); err != nil {
-				return err
-			}
-		}
-		return nil
+		return emitObjects(objs, emit)
 	}
 	started(workerKustomize)
 	if kopts.RemoteResources {
@@ -152,9 +160,27 @@ func renderCommit(repo *git.Repository, commit *object.Commit, repoURL, sourcePa
 	return nil
 }
 
+// emitObjects passes each object to emit as JSON.
+func emitObjects(objs []*unstructured.Unstructured, emit func([]byte) error) error {
+	for _, o := range objs {
+		data, err := o.MarshalJSON()
+		if err != nil {
+			return fmt.Errorf("failed to encode %s %s: %w", o.GetKind(), o.GetName(), err)
+		}
+		if err := emit(data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // renderLabel names a render in errors: "kustomize build PATH at SHA" for
-// kind workerKustomize.
+// kind workerKustomize; a chart source (no commit) "helm template of
+// chart NAME VERSION from REPO".
 func renderLabel(kind, sourcePath, rev string) string {
+	if rev == "" {
+		return "helm template of " + sourcePath
+	}
 	switch kind {
 	case workerKustomize:
 		return fmt.Sprintf("kustomize build %s at %s", cmp.Or(sourcePath, "."), short(rev))

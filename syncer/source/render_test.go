@@ -185,7 +185,11 @@ func TestRenderErrors(t *testing.T) {
 		src  v1alpha1.ApplicationSource
 		want string
 	}{
-		{"a chart from a Helm repository is not supported yet", v1alpha1.ApplicationSource{RepoURL: r.dir, Chart: "nginx"}, "(spec.source.chart) are not supported by deputy yet: commit the chart to Git"},
+		{"a chart from a local path", v1alpha1.ApplicationSource{RepoURL: r.dir, Chart: "nginx"}, "of a chart source is not supported: use an https:// Helm repository or oci://HOST/PATH"},
+		{"a chart over plain http to another host", v1alpha1.ApplicationSource{RepoURL: "http://charts.example.com", Chart: "nginx"}, "is plain http: deputy fetches charts over https (http only from loopback)"},
+		{"a chart name with a slash", v1alpha1.ApplicationSource{RepoURL: "https://charts.example.com", Chart: "../nginx"}, `spec.source.chart "../nginx" is not a chart name`},
+		{"a chart version that is no constraint", v1alpha1.ApplicationSource{RepoURL: "oci://registry.example.com/charts", Chart: "nginx", TargetRevision: "main"}, `spec.source.targetRevision "main" of chart nginx is not a chart version or semver constraint`},
+		{"a chart repository with credentials in the URL", v1alpha1.ApplicationSource{RepoURL: "oci://user:secret@registry.example.com/charts", Chart: "nginx"}, "carries credentials"},
 		{"helm values on a path without a chart", v1alpha1.ApplicationSource{RepoURL: r.dir, Path: "app", Helm: &v1alpha1.HelmSource{Values: "a: 1"}}, `spec.source.helm is set but path "app" holds no Chart.yaml`},
 		{"a values URL", v1alpha1.ApplicationSource{RepoURL: r.dir, Path: "chart", Helm: &v1alpha1.HelmSource{ValueFiles: []string{"https://example.com/v.yaml"}}}, "spec.source.helm.valueFiles[0]: Invalid value: \"https://example.com/v.yaml\": URLs are not supported"},
 		{"a values file that does not exist", v1alpha1.ApplicationSource{RepoURL: r.dir, Path: "chart", Helm: &v1alpha1.HelmSource{ValueFiles: []string{"prod.yaml"}}}, "chart c (chart): spec.source.helm.valueFiles[0]: values file chart/prod.yaml does not exist"},

@@ -145,6 +145,15 @@ type workerRequest struct {
 	Kustomize KustomizeOptions     `json:"kustomize"`
 	// Deadline is the operation's (the worker's reads fail after it).
 	Deadline time.Time `json:"deadline,omitzero"`
+	// Chart, when set, is a chart from a Helm repository or an OCI
+	// registry to fetch and render instead of Repo (chart.go).
+	Chart *workerChart `json:"chart,omitempty"`
+	// ChartCache holds chart archives by digest; Project and SourceRepos
+	// are the project's, which must permit a remote dependency's
+	// repository.
+	ChartCache  string   `json:"chartCache,omitempty"`
+	Project     string   `json:"project,omitempty"`
+	SourceRepos []string `json:"sourceRepos,omitempty"`
 }
 
 // The kinds of render a worker says it started.
@@ -201,6 +210,8 @@ type workerStats struct {
 	PeakMemory uint64 `json:"peakMemory"`
 	// PeakRSS is the worker's peak resident set (VmHWM, bytes; Linux).
 	PeakRSS uint64 `json:"peakRSS,omitempty"`
+	// Revision is a chart source's resolved version.
+	Revision string `json:"revision,omitempty"`
 }
 
 // workerCommand starts render workers. The zero value starts deputy's own

@@ -95,7 +95,7 @@ func RenderWorkerMain() int {
 		objects.WriteString("}\n")
 		return nil
 	}
-	err = workerRender(ctx, req, limits, started, emit)
+	revision, err := workerRender(ctx, req, limits, started, emit)
 	if err == nil {
 		_, err = objects.WriteTo(out)
 	}
@@ -111,22 +111,27 @@ func RenderWorkerMain() int {
 		writeFrame(workerFrame{Error: werr})
 		return 0
 	}
-	writeFrame(workerFrame{End: &workerStats{Objects: n, PeakMemory: workerPeak.Load(), PeakRSS: peakRSS()}})
+	writeFrame(workerFrame{End: &workerStats{Objects: n, PeakMemory: workerPeak.Load(), PeakRSS: peakRSS(), Revision: revision}})
 	return 0
 }
 
-// workerRender opens the repository and the commit and renders it
+// workerRender renders a chart source (workerRenderChart: it returns the
+// chart's version), or opens the repository and the commit and renders it
 // (renderCommit).
-func workerRender(ctx context.Context, req workerRequest, limits Limits, started func(string), emit func([]byte) error) error {
+func workerRender(ctx context.Context, req workerRequest, limits Limits, started func(string), emit func([]byte) error) (string, error) {
+	budget := newRenderBudget(ctx, limits)
+	if req.Chart != nil {
+		return workerRenderChart(ctx, req, budget, started, emit)
+	}
 	repo, err := req.Repo.open()
 	if err != nil {
-		return err
+		return "", err
 	}
 	commit, err := repo.CommitObject(plumbing.NewHash(req.Commit))
 	if err != nil {
-		return fmt.Errorf("failed to read commit %s of %s: %w", req.Commit, req.Repo.URL, err)
+		return "", fmt.Errorf("failed to read commit %s of %s: %w", req.Commit, req.Repo.URL, err)
 	}
-	return renderCommit(repo, commit, req.Repo.URL, req.SourcePath, req.Dir, req.Helm, newRenderBudget(ctx, limits), req.Kustomize, started, emit)
+	return "", renderCommit(repo, commit, req.Repo.URL, req.SourcePath, req.Dir, req.Helm, budget, req.Kustomize, dependencies(ctx, chartFetcher(req, limits)), started, emit)
 }
 
 // workerPeak is the most Go memory the watchdog saw in use.

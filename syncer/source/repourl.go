@@ -50,7 +50,7 @@ func portOf(u *url.URL) (int, error) {
 	p := u.Port()
 	if p == "" {
 		switch u.Scheme {
-		case "https":
+		case "https", "oci":
 			return 443, nil
 		case "http":
 			return 80, nil
@@ -98,8 +98,8 @@ func parseCredentialScope(raw string) (credentialScope, error) {
 	if err != nil {
 		return credentialScope{}, fmt.Errorf("%w: %w", errBadCredentialURL, err)
 	}
-	if u.Scheme != "https" && u.Scheme != "http" {
-		return credentialScope{}, fmt.Errorf("%w: scheme %q is not http or https", errBadCredentialURL, u.Scheme)
+	if u.Scheme != "https" && u.Scheme != "http" && u.Scheme != "oci" {
+		return credentialScope{}, fmt.Errorf("%w: scheme %q is not http, https or oci", errBadCredentialURL, u.Scheme)
 	}
 	if err := checkRemoteURL(u, raw); err != nil {
 		return credentialScope{}, fmt.Errorf("%w: %w", errBadCredentialURL, err)

@@ -17,6 +17,7 @@ func TestCredentialMatching(t *testing.T) {
 		{URL: "https://git.example.com:8443/team-b"},     // 3: another port
 		{URL: "http://127.0.0.1:3000/local"},             // 4: plain http on loopback
 		{URL: "https://[2001:db8::1]/v6"},                // 5: IPv6
+		{URL: "oci://registry.example.com/charts"},       // 6: an OCI registry's charts
 	}
 	for _, tc := range []struct {
 		name, url string
@@ -36,6 +37,9 @@ func TestCredentialMatching(t *testing.T) {
 		{"a non-default port needs its own credential", "https://git.example.com:8443/team-b/x.git", 3},
 		{"loopback over http", "http://127.0.0.1:3000/local/r.git", 4},
 		{"an IPv6 host", "https://[2001:db8::1]/v6/r.git", 5},
+		{"an OCI chart repository", "oci://registry.example.com/charts", 6},
+		{"an OCI chart repository below", "oci://registry.example.com/charts/team", 6},
+		{"the OCI default port spelled out", "oci://registry.example.com:443/charts", 6},
 
 		// Attacker spellings.
 		{"a path sharing a prefix", "https://git.example.com/team-a-evil/x.git", 0},
@@ -58,6 +62,9 @@ func TestCredentialMatching(t *testing.T) {
 		{"an scp-style URL", "git@git.example.com:team-a/x.git", -1},
 		{"a trailing dot on the host", "https://git.example.com./team-a/x.git", -1},
 		{"loopback over http on another port", "http://127.0.0.1:3001/local/r.git", -1},
+		{"an OCI path sharing a prefix", "oci://registry.example.com/charts-evil", -1},
+		{"the OCI registry over https is another scheme", "https://registry.example.com/charts", -1},
+		{"an https host's credential is not an OCI one", "oci://git.example.com/team-a", -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := matchCredential(creds, tc.url); got != tc.want {

@@ -13,15 +13,17 @@ import (
 
 // ResolveRevision fetches src's repository (as Render does, with the same
 // credentials and mirror) and returns the full commit SHA its
-// targetRevision (branch, tag, SHA, or HEAD when empty) points at now. The
+// targetRevision (branch, tag, SHA, or HEAD when empty) points at now; for
+// a chart source (spec.source.chart), the chart version its targetRevision
+// resolves to now, read by a render worker as Render resolves it. The
 // Application controller compares it with status.sync.revision to decide
-// whether Git moved.
+// whether the source moved.
 //
 // The fetch is bounded as a render's is (Limits.MaxFetchBytes and
 // MaxFileBytes) and takes at most Limits.OperationTimeout.
 //
-// Errors: a Helm source (ErrHelm), the repository cannot be fetched (naming
-// it), a limit is exceeded (*LimitError), or the revision does not exist
+// Errors: an invalid source (CheckSupported), the repository cannot be
+// fetched (naming it), a limit is exceeded (*LimitError), or the revision does not exist
 // there.
 func (c *Cache) ResolveRevision(ctx context.Context, src v1alpha1.ApplicationSource) (string, error) {
 	if err := CheckSupported(src); err != nil {
@@ -29,6 +31,9 @@ func (c *Cache) ResolveRevision(ctx context.Context, src v1alpha1.ApplicationSou
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.limits.WithDefaults().OperationTimeout)
 	defer cancel()
+	if src.Chart != "" {
+		return c.resolveChart(ctx, src)
+	}
 	opened, err := c.open(ctx, src.RepoURL)
 	if err != nil {
 		return "", err

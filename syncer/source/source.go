@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"deputy.dev/deputy/policy/v1alpha1"
+	"deputy.dev/deputy/syncer/source/gitfetch"
 	"deputy.dev/deputy/syncer/source/helm"
 	"deputy.dev/deputy/syncer/source/localrepo"
 )
@@ -91,7 +92,7 @@ func New(opts Options) (*Cache, error) {
 			return nil, fmt.Errorf("source: RepoCredentials[%d].URL is empty", i)
 		}
 		if _, err := parseCredentialScope(c.URL); err != nil {
-			return nil, fmt.Errorf("source: RepoCredentials[%d].URL %q: %w (use https://HOST[:PORT][/PATH])", i, c.URL, err)
+			return nil, fmt.Errorf("source: RepoCredentials[%d].URL %q: %w (use https://HOST[:PORT][/PATH], or oci://HOST[:PORT][/PATH] for an OCI registry)", i, c.URL, err)
 		}
 		if c.Secret == nil && (c.UsernameFile == "" || c.PasswordFile == "") {
 			return nil, fmt.Errorf("source: RepoCredentials[%d] (%s) needs usernameFile and passwordFile, or a Secret", i, c.URL)
@@ -100,7 +101,7 @@ func New(opts Options) (*Cache, error) {
 			return nil, fmt.Errorf("source: RepoCredentials[%d] (%s) names a Secret but Options.Secrets is nil", i, c.URL)
 		}
 	}
-	installGitTransport()
+	gitfetch.Install()
 	// kustomize's remote loading is set up by each render worker
 	// (configureKustomizeRemote), not here: no render runs in this process.
 	return &Cache{dir: opts.CacheDir, creds: opts.RepoCredentials, secrets: opts.Secrets,
@@ -140,21 +141,19 @@ func checkLocalRepositories(dirs []string, cacheDir string) ([]string, error) {
 	return out, nil
 }
 
-// CheckSupported returns ErrHelmChart for a chart from a Helm repository
-// or an OCI registry (spec.source.chart), spec.source.helm's errors
-// (helm.Validate), nil for a source deputy renders (plain manifests, a
-// kustomization or a chart in Git). It reads nothing: the sync engine
-// calls it before any fetch.
+// CheckSupported returns the errors of a source deputy does not render:
+// for a chart from a Helm repository or an OCI registry
+// (spec.source.chart), a repoURL that is not https:// (http:// on
+// loopback) or oci://HOST/PATH, a chart name that is not one, a
+// targetRevision that is no version or semver constraint; for every source,
+// spec.source.helm's errors (helm.Validate). It reads nothing: the sync
+// engine calls it before any fetch.
 func CheckSupported(src v1alpha1.ApplicationSource) error {
 	if src.Chart != "" {
-		return ErrHelmChart
+		return checkChartSource(src)
 	}
 	return helm.Validate(src.Helm)
 }
-
-// ErrHelmChart is the error of spec.source.chart. It starts with the
-// product's name, capitalised as users read it.
-var ErrHelmChart = errors.New("Helm charts from a Helm repository or an OCI registry (spec.source.chart) are not supported by deputy yet: commit the chart to Git (helm pull --untar), set spec.source.path to its directory and remove spec.source.chart")
 
 // ErrHelm is the error of kustomize's helmCharts (HelmChartInflationGenerator).
 var ErrHelm = errors.New("Helm charts inflated by kustomize are not supported by deputy; set spec.source.path to the chart's directory (deputy renders charts in Git with Helm) or render the chart to plain manifests")

@@ -25,7 +25,7 @@ const maxDependencyDepth = 10
 // Chart.yaml dependency with a file:// repository that charts/ lacks,
 // loaded from that directory of the repository. Remote dependencies must
 // be vendored: Render reports those missing.
-func loadChart(files Files, dir string, depth int) (*chart.Chart, error) {
+func loadChart(files Files, dir string, depth int, lo loadOptions) (*chart.Chart, error) {
 	if depth > maxDependencyDepth {
 		return nil, fmt.Errorf("chart %s: file:// dependencies nest more than %d deep: check for a dependency cycle", displayDir(dir), maxDependencyDepth)
 	}
@@ -36,14 +36,19 @@ func loadChart(files Files, dir string, depth int) (*chart.Chart, error) {
 		return nil, err
 	}
 	rules := ignore.Empty()
-	if data, err := files.ReadFile(path.Join(dir, ignore.HelmIgnore)); err == nil {
+	if lo.packaged {
+		// A packaged chart was filtered by .helmignore when it was packaged;
+		// Helm loads an archive's files as they are.
+	} else if data, err := files.ReadFile(path.Join(dir, ignore.HelmIgnore)); err == nil {
 		if rules, err = ignore.Parse(bytes.NewReader(data)); err != nil {
 			return nil, fmt.Errorf("chart %s: %s: %w", displayDir(dir), ignore.HelmIgnore, err)
 		}
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
-	rules.AddDefaults()
+	if !lo.packaged {
+		rules.AddDefaults()
+	}
 	var bufs []*loader.BufferedFile
 	if err := walk(files, dir, "", rules, &bufs); err != nil {
 		return nil, err
@@ -52,7 +57,7 @@ func loadChart(files Files, dir string, depth int) (*chart.Chart, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chart %s: %w: fix the chart", displayDir(dir), err)
 	}
-	if err := addFileDependencies(files, dir, ch, depth); err != nil {
+	if err := addFileDependencies(files, dir, ch, depth, lo); err != nil {
 		return nil, err
 	}
 	return ch, nil
@@ -85,19 +90,50 @@ func walk(files Files, dir, rel string, rules *ignore.Rules, out *[]*loader.Buff
 	return nil
 }
 
-// addFileDependencies loads each file:// dependency of ch that charts/ does
-// not hold from its directory, which must be inside the repository.
-func addFileDependencies(files Files, dir string, ch *chart.Chart, depth int) error {
+// loadOptions say where a chart comes from.
+type loadOptions struct {
+	// packaged: the chart comes from an archive (a Helm repository or an
+	// OCI registry), not a directory in Git: no .helmignore, no file://.
+	packaged bool
+	// label names the top chart in messages ("" : its directory).
+	label string
+	// remote fetches a remote dependency of the top chart (nil: refused
+	// as missing).
+	remote DependencyFunc
+}
+
+// addFileDependencies loads each dependency of ch that charts/ does not
+// hold: a file:// one from its directory, which must be inside the
+// repository (refused for a packaged chart), a remote one of the top chart
+// through lo.remote (as `helm dependency build` fetches the top chart's
+// dependencies only).
+func addFileDependencies(files Files, dir string, ch *chart.Chart, depth int, lo loadOptions) error {
 	have := map[string]bool{}
 	for _, d := range ch.Dependencies() {
 		have[d.Name()] = true
 	}
 	for _, d := range ch.Metadata.Dependencies {
-		rest, ok := strings.CutPrefix(d.Repository, "file://")
-		if !ok || have[d.Name] {
+		if have[d.Name] {
 			continue
 		}
-		where := fmt.Sprintf("chart %s: Chart.yaml dependency %s (repository %s)", displayDir(dir), d.Name, d.Repository)
+		owner := "chart " + displayDir(dir)
+		if depth == 0 && lo.label != "" {
+			owner = lo.label
+		}
+		rest, ok := strings.CutPrefix(d.Repository, "file://")
+		if !ok || lo.packaged {
+			if lo.remote == nil || depth > 0 {
+				continue // CheckDependencies reports it missing
+			}
+			dep, err := loadRemote(owner, d, lo.remote)
+			if err != nil {
+				return err
+			}
+			ch.AddDependency(dep)
+			have[d.Name] = true
+			continue
+		}
+		where := fmt.Sprintf("%s: Chart.yaml dependency %s (repository %s)", owner, d.Name, d.Repository)
 		if strings.HasPrefix(rest, "/") {
 			return fmt.Errorf("%s: an absolute path is outside the repository: use a path relative to the chart, e.g. file://../%s", where, d.Name)
 		}
@@ -108,7 +144,7 @@ func addFileDependencies(files Files, dir string, ch *chart.Chart, depth int) er
 		if !files.IsDir(sub) {
 			return fmt.Errorf("%s: %s is not a directory in the repository: fix the repository path or vendor the chart under charts/", where, displayDir(sub))
 		}
-		dep, err := loadChart(files, sub, depth+1)
+		dep, err := loadChart(files, sub, depth+1, loadOptions{remote: lo.remote})
 		if err != nil {
 			return fmt.Errorf("%s: %w", where, err)
 		}
@@ -119,6 +155,22 @@ func addFileDependencies(files Files, dir string, ch *chart.Chart, depth int) er
 		have[d.Name] = true
 	}
 	return nil
+}
+
+// loadRemote loads a remote dependency of the chart owner through fetch.
+func loadRemote(owner string, d *chart.Dependency, fetch DependencyFunc) (*chart.Chart, error) {
+	files, err := fetch(owner, d)
+	if err != nil {
+		return nil, err
+	}
+	dep, err := loader.LoadFiles(files)
+	if err != nil {
+		return nil, fmt.Errorf("%s: Chart.yaml dependency %s (repository %s): %w: fix the dependency's chart", owner, d.Name, d.Repository, err)
+	}
+	if dep.Name() != d.Name {
+		return nil, fmt.Errorf("%s: Chart.yaml dependency %s (repository %s): the repository's chart is named %s: name the dependency as its Chart.yaml does", owner, d.Name, d.Repository, dep.Name())
+	}
+	return dep, nil
 }
 
 // fileInfo is what ignore.Rules reads of a file: its name and whether it

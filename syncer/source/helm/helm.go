@@ -12,6 +12,7 @@ import (
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/release"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -39,6 +40,10 @@ type Files interface {
 // destination whose /version could not be read.
 const defaultKubeVersion = "v1.37.0"
 
+// DependencyFunc fetches a remote Chart.yaml dependency d of the chart
+// owner names (as messages name it) and returns its chart's files.
+type DependencyFunc func(owner string, d *chart.Dependency) ([]*loader.BufferedFile, error)
+
 // Options are one render.
 type Options struct {
 	// Files is the repository at the commit being rendered.
@@ -50,6 +55,16 @@ type Options struct {
 	// (the Application's name, the destination's namespace); nil renders
 	// with no values but the chart's and release name "release-name".
 	Source *v1alpha1.HelmSource
+	// Archive, when set, is the chart instead of Files and ChartDir: the
+	// files of a chart archive (a Helm repository's or an OCI registry's,
+	// paths relative to the chart), with Label naming it in messages.
+	// Values files and file parameters are paths in it.
+	Archive []*loader.BufferedFile
+	Label   string
+	// Dependency fetches a Chart.yaml dependency of the top chart that
+	// charts/ lacks and whose repository is not file:// (nil: such a
+	// dependency is reported missing).
+	Dependency DependencyFunc
 	// CountObjects is called with the number of objects decoded so far, for
 	// the render's object limit; a non-nil error stops the render.
 	CountObjects func(n int) error
@@ -75,16 +90,23 @@ func Render(ctx context.Context, opts Options) ([]*unstructured.Unstructured, er
 	if err := Validate(src); err != nil {
 		return nil, err
 	}
-	ch, err := loadChart(opts.Files, opts.ChartDir, 0)
-	if err != nil {
-		return nil, fmt.Errorf("loading the chart in %s: %w", displayDir(opts.ChartDir), err)
+	lo := loadOptions{remote: opts.Dependency, label: opts.Label}
+	if opts.Archive != nil {
+		opts.Files, opts.ChartDir, lo.packaged = archiveFiles(opts.Archive), "", true
 	}
-	label := fmt.Sprintf("chart %s (%s)", ch.Name(), displayDir(opts.ChartDir))
+	ch, err := loadChart(opts.Files, opts.ChartDir, 0, lo)
+	if err != nil {
+		return nil, fmt.Errorf("loading the chart in %s: %w", cmp.Or(opts.Label, displayDir(opts.ChartDir)), err)
+	}
+	label := cmp.Or(opts.Label, fmt.Sprintf("chart %s (%s)", ch.Name(), displayDir(opts.ChartDir)))
 	if t := ch.Metadata.Type; t != "" && t != "application" {
 		return nil, fmt.Errorf("%s is of type %s, which helm template does not render: set spec.source.path to an application chart (one that depends on it)", label, t)
 	}
 	if err := action.CheckDependencies(ch, ch.Metadata.Dependencies); err != nil {
-		return nil, fmt.Errorf("%s: %w: vendor the dependency under charts/ (helm dependency build, then commit charts/) or name it with a file:// repository inside the repository", label, err)
+		if lo.packaged {
+			return nil, fmt.Errorf("%s: %w: the chart's archive must hold it under charts/, or name its https:// or oci:// repository", label, err)
+		}
+		return nil, fmt.Errorf("%s: %w: vendor the dependency under charts/ (helm dependency build, then commit charts/), name it with a file:// repository inside the repository, or with its https:// or oci:// repository", label, err)
 	}
 	vals, err := mergeValues(opts.Files, opts.ChartDir, src)
 	if err != nil {

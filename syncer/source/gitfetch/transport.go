@@ -1,4 +1,13 @@
-package source
+// Package gitfetch bounds what a Git fetch over HTTP(S) may make deputy
+// hold: it installs, once per process, the HTTP client go-git uses for
+// http and https, which counts every response body of a fetch against the
+// Budget carried in the request's context and inspects upload-pack results
+// object by object before go-git indexes them (see the comment below).
+//
+// It must not decide which URL is fetched or with which credential
+// (package source does), and must not let a pack past a limit reach
+// go-git: each exceeded limit is a *limit.Error naming its field.
+package gitfetch
 
 import (
 	"bytes"
@@ -16,6 +25,8 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/go-git/go-git/v5/plumbing/transport/client"
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
+
+	"deputy.dev/deputy/syncer/source/limit"
 )
 
 // This file bounds what a fetch may make deputy hold. go-git's fetch writes
@@ -38,9 +49,20 @@ import (
 // go-git reads the header (its indexer keeps about 0.5 KiB per object
 // until the fetch ends, whatever the objects' sizes).
 
-// fetchBudget is the budget of one fetch (all its HTTP requests), carried in
-// the request context.
-type fetchBudget struct {
+// Limits bound one fetch (source.Limits' fields of the same names).
+type Limits struct {
+	// MaxFetchBytes bounds the bytes received, and the total inflated size
+	// of the objects received.
+	MaxFetchBytes int64
+	// MaxFileBytes bounds one object's size.
+	MaxFileBytes int64
+	// MaxFetchObjects bounds the objects a pack declares.
+	MaxFetchObjects int
+}
+
+// Budget is the budget of one fetch (all its HTTP requests), carried in
+// the request context (WithBudget).
+type Budget struct {
 	limits   Limits
 	received atomic.Int64
 	inflated atomic.Int64
@@ -49,20 +71,21 @@ type fetchBudget struct {
 	violation error
 }
 
-type fetchBudgetKey struct{}
+type BudgetKey struct{}
 
-func newFetchBudget(l Limits) *fetchBudget {
-	return &fetchBudget{limits: l.WithDefaults()}
+// NewBudget returns the budget of one fetch within l.
+func NewBudget(l Limits) *Budget {
+	return &Budget{limits: l}
 }
 
-// withFetchBudget returns ctx carrying b: go-git passes the fetch's context
+// WithBudget returns ctx carrying b: go-git passes the fetch's context
 // to its HTTP requests, and so to fetchTransport.
-func withFetchBudget(ctx context.Context, b *fetchBudget) context.Context {
-	return context.WithValue(ctx, fetchBudgetKey{}, b)
+func WithBudget(ctx context.Context, b *Budget) context.Context {
+	return context.WithValue(ctx, BudgetKey{}, b)
 }
 
 // exceeded records the first limit the fetch exceeded and returns it.
-func (b *fetchBudget) exceeded(err error) error {
+func (b *Budget) exceeded(err error) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.violation == nil {
@@ -71,17 +94,17 @@ func (b *fetchBudget) exceeded(err error) error {
 	return b.violation
 }
 
-// err is the limit the fetch exceeded, nil if none: go-git wraps (or
+// Err is the limit the fetch exceeded, nil if none: go-git wraps (or
 // replaces) the error a body returns, so the fetch asks the budget.
-func (b *fetchBudget) err() error {
+func (b *Budget) Err() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.violation
 }
 
-func (b *fetchBudget) receive(n int) error {
+func (b *Budget) receive(n int) error {
 	if total := b.received.Add(int64(n)); total > b.limits.MaxFetchBytes {
-		return b.exceeded(&LimitError{Field: FieldMaxFetchBytes, What: fmt.Sprintf("the bytes received by the fetch (more than %s)", bytesString(total)), Limit: bytesString(b.limits.MaxFetchBytes)})
+		return b.exceeded(&limit.Error{Field: limit.FieldMaxFetchBytes, What: fmt.Sprintf("the bytes received by the fetch (more than %s)", limit.Bytes(total)), Limit: limit.Bytes(b.limits.MaxFetchBytes)})
 	}
 	return nil
 }
@@ -91,9 +114,9 @@ func (b *fetchBudget) receive(n int) error {
 // every object of the pack until the fetch ends, so a pack of many tiny
 // objects costs memory that no byte limit sees. The count is known before
 // go-git receives the header, so a refused pack is never indexed.
-func (b *fetchBudget) objectCount(n uint32) error {
+func (b *Budget) objectCount(n uint32) error {
 	if int64(n) > int64(b.limits.MaxFetchObjects) {
-		return b.exceeded(&LimitError{Field: FieldMaxFetchObjects, What: fmt.Sprintf("the fetched pack's object count (%d)", n), Limit: fmt.Sprint(b.limits.MaxFetchObjects)})
+		return b.exceeded(&limit.Error{Field: limit.FieldMaxFetchObjects, What: fmt.Sprintf("the fetched pack's object count (%d)", n), Limit: fmt.Sprint(b.limits.MaxFetchObjects)})
 	}
 	return nil
 }
@@ -101,26 +124,26 @@ func (b *fetchBudget) objectCount(n uint32) error {
 // object checks one object of the pack by its declared (inflated) size;
 // total adds it to the total size of the fetched objects (a delta's own
 // payload is checked, but only its target counts in the total).
-func (b *fetchBudget) object(kind string, size int64, total bool) error {
+func (b *Budget) object(kind string, size int64, total bool) error {
 	if size > b.limits.MaxFileBytes {
-		return b.exceeded(&LimitError{Field: FieldMaxFileBytes, What: fmt.Sprintf("a %s of %s in the fetched pack", kind, bytesString(size)), Limit: bytesString(b.limits.MaxFileBytes)})
+		return b.exceeded(&limit.Error{Field: limit.FieldMaxFileBytes, What: fmt.Sprintf("a %s of %s in the fetched pack", kind, limit.Bytes(size)), Limit: limit.Bytes(b.limits.MaxFileBytes)})
 	}
 	if !total {
 		return nil
 	}
 	if total := b.inflated.Add(size); total > b.limits.MaxFetchBytes {
-		return b.exceeded(&LimitError{Field: FieldMaxFetchBytes, What: fmt.Sprintf("the total size of the fetched objects (more than %s)", bytesString(total)), Limit: bytesString(b.limits.MaxFetchBytes)})
+		return b.exceeded(&limit.Error{Field: limit.FieldMaxFetchBytes, What: fmt.Sprintf("the total size of the fetched objects (more than %s)", limit.Bytes(total)), Limit: limit.Bytes(b.limits.MaxFetchBytes)})
 	}
 	return nil
 }
 
-var installGitTransportOnce sync.Once
+var installOnce sync.Once
 
 // baseHTTPTransport is net/http's default transport as it was when the
 // process started, before anything wrapped http.DefaultTransport.
 var baseHTTPTransport = http.DefaultTransport.(*http.Transport).Clone()
 
-// installGitTransport installs, for go-git's http and https protocols, an
+// Install installs, for go-git's http and https protocols, an
 // HTTP client whose responses are bounded by the fetch budget in the
 // request's context. go-git chooses a transport by scheme from a
 // process-wide table (client.InstallProtocol), so this is done once per
@@ -130,8 +153,8 @@ var baseHTTPTransport = http.DefaultTransport.(*http.Transport).Clone()
 // apply to fetches. Redirects keep go-git's policy: followed only for the
 // initial ref discovery, credentials dropped when the origin changes, never
 // from https to http.
-func installGitTransport() {
-	installGitTransportOnce.Do(func() {
+func Install() {
+	installOnce.Do(func() {
 		c := githttp.NewClientWithOptions(&http.Client{Transport: &fetchTransport{base: baseHTTPTransport.Clone()}}, &githttp.ClientOptions{RedirectPolicy: githttp.FollowInitialRedirects})
 		client.InstallProtocol("https", c)
 		client.InstallProtocol("http", c)
@@ -139,12 +162,12 @@ func installGitTransport() {
 }
 
 // fetchTransport wraps the bodies of responses to requests carrying a
-// fetchBudget.
+// Budget.
 type fetchTransport struct{ base http.RoundTripper }
 
 func (t *fetchTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(req)
-	b, _ := req.Context().Value(fetchBudgetKey{}).(*fetchBudget)
+	b, _ := req.Context().Value(BudgetKey{}).(*Budget)
 	if err != nil || b == nil {
 		return resp, err
 	}
@@ -161,13 +184,13 @@ func (t *fetchTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // the inspector has examined it.
 type fetchBody struct {
 	body      io.ReadCloser
-	budget    *fetchBudget
+	budget    *Budget
 	inspector *packInspector
 	closeOnce sync.Once
 }
 
 func (f *fetchBody) Read(p []byte) (int, error) {
-	if err := f.budget.err(); err != nil {
+	if err := f.budget.Err(); err != nil {
 		return 0, err
 	}
 	n, err := f.body.Read(p)
@@ -184,7 +207,7 @@ func (f *fetchBody) Read(p []byte) (int, error) {
 		// sees the end (it checks the last objects and the checksum).
 		f.inspector.finish()
 	}
-	if verr := f.budget.err(); verr != nil {
+	if verr := f.budget.Err(); verr != nil {
 		return 0, verr
 	}
 	return n, err
@@ -206,24 +229,24 @@ func (f *fetchBody) Close() error {
 // the chunk that holds it. Nothing it reads is kept: objects are inflated
 // into a discarding writer, so its memory does not depend on their size.
 type packInspector struct {
-	budget *fetchBudget
+	budget *Budget
 	in     chan []byte
 	idle   chan struct{}
 	done   chan struct{}
 	stop   sync.Once
 }
 
-func newPackInspector(b *fetchBudget) *packInspector {
+func newPackInspector(b *Budget) *packInspector {
 	pi := &packInspector{budget: b, in: make(chan []byte), idle: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(pi.done)
 		r := &lockstepReader{pi: pi}
 		err := inspectUploadPack(r, b)
-		if err != nil && !r.eof && !isLimitError(err) {
+		if err != nil && !r.eof && !errors.As(err, new(*limit.Error)) {
 			// Fail closed: a pack whose objects cannot be checked is not
 			// handed to go-git. (Input that ended early is go-git's to
 			// report: it read the same bytes.)
-			b.exceeded(fmt.Errorf("deputy could not read the pack the Git server sent (%w), so the sizes of its objects cannot be checked against %s: the fetch is refused", err, FieldMaxFileBytes))
+			b.exceeded(fmt.Errorf("deputy could not read the pack the Git server sent (%w), so the sizes of its objects cannot be checked against %s: the fetch is refused", err, limit.FieldMaxFileBytes))
 		}
 		// Let a pending feed return.
 		r.release()
@@ -291,7 +314,7 @@ func (r *lockstepReader) release() {
 // The framing is read by hand because go-git's sideband.Demuxer fills the
 // caller's whole buffer before returning, which would hold back bytes from
 // the scanner and break the lockstep.
-func inspectUploadPack(r io.Reader, b *fetchBudget) error {
+func inspectUploadPack(r io.Reader, b *Budget) error {
 	for {
 		var head [4]byte
 		if _, err := io.ReadFull(r, head[:]); err != nil {
@@ -376,7 +399,7 @@ func (s *sidebandReader) Read(p []byte) (int, error) {
 // inspectPack scans a pack with go-git's packfile.Scanner and checks each
 // object's declared size; delta objects are inflated only far enough to
 // read the target size from the delta's header.
-func inspectPack(r io.Reader, b *fetchBudget) error {
+func inspectPack(r io.Reader, b *Budget) error {
 	s := packfile.NewScanner(r)
 	_, count, err := s.Header()
 	if err != nil {
@@ -417,7 +440,7 @@ func inspectPack(r io.Reader, b *fetchBudget) error {
 // pack-format.txt; go-git's decoder for them is unexported), checks the
 // target size, and discards the rest.
 type deltaHeaderWriter struct {
-	budget  *fetchBudget
+	budget  *Budget
 	head    []byte
 	checked bool
 }

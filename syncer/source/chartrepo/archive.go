@@ -1,0 +1,167 @@
+package chartrepo
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"helm.sh/helm/v3/pkg/chart/loader"
+
+	"deputy.dev/deputy/syncer/source/limit"
+)
+
+// sha256Hex is a sha256 digest in lower-case hex.
+var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// archive returns r's archive: from the cache when a file there has the
+// announced digest (re-verified on every read: a file placed there with
+// other content is not trusted, and is replaced), else downloaded, checked
+// against the digest and cached (written to a temporary file, then renamed).
+// An index without a digest gets its archive downloaded every time, and not
+// cached.
+func (f *Fetcher) archive(ctx context.Context, r *located) ([]byte, error) {
+	if r.digest != "" && !sha256Hex.MatchString(r.digest) {
+		return nil, fmt.Errorf("the announced digest %q is not a sha256 digest: fix the repository", r.digest)
+	}
+	cached := ""
+	if f.CacheDir != "" && r.digest != "" {
+		cached = filepath.Join(f.CacheDir, "sha256-"+r.digest+".tgz")
+		if data, ok := readCached(cached, r.digest, f.Limits.MaxFetchBytes); ok {
+			return data, nil
+		}
+	}
+	data, err := r.download(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if r.digest != "" {
+		if got := digestOf(data); got != r.digest {
+			return nil, fmt.Errorf("the archive's sha256 is %s but the repository announces %s: the archive or the index was changed (or the download was tampered with); deputy renders nothing from it: fix the repository", got, r.digest)
+		}
+	}
+	if cached != "" {
+		// A cache that cannot be written costs a download next time, no more.
+		_ = writeAtomic(cached, data)
+	}
+	return data, nil
+}
+
+func digestOf(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+// readCached returns the cached archive when its content has the digest.
+func readCached(name, digest string, max int64) ([]byte, bool) {
+	fh, err := os.Open(name)
+	if err != nil {
+		return nil, false
+	}
+	defer fh.Close()
+	data, err := io.ReadAll(io.LimitReader(fh, max+1))
+	if err != nil || int64(len(data)) > max || digestOf(data) != digest {
+		return nil, false
+	}
+	return data, true
+}
+
+// writeAtomic writes data to name through a temporary file in the same
+// directory, renamed into place.
+func writeAtomic(name string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(name), 0o700); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(name), ".tmp-*")
+	if err != nil {
+		return err
+	}
+	_, err = tmp.Write(data)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), name)
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name())
+	}
+	return err
+}
+
+// unpack reads a chart archive within the limits, then loads its files with
+// Helm's loader (loader.LoadArchiveFiles: its path checks, and its size
+// limits set to deputy's). deputy reads the tar headers first itself
+// because Helm's limits fail with plain strings: this pass turns an entry
+// over MaxFileBytes, a total over MaxRenderBytes or more than MaxFiles
+// entries into a *limit.Error, and an entry whose path leaves the chart
+// into an error naming it, before Helm unpacks anything.
+func unpack(data []byte, l Limits) ([]*loader.BufferedFile, error) {
+	if err := scanArchive(data, l); err != nil {
+		return nil, err
+	}
+	// The render worker unpacks one chart at a time: Helm's limits are
+	// package variables.
+	loader.MaxDecompressedFileSize = l.MaxFileBytes
+	loader.MaxDecompressedChartSize = l.MaxRenderBytes
+	files, err := loader.LoadArchiveFiles(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("the chart archive is not a valid chart: %w: fix the chart", err)
+	}
+	return files, nil
+}
+
+// scanArchive checks every entry of a gzipped tar against the limits and
+// refuses paths outside the chart's directory.
+func scanArchive(data []byte, l Limits) error {
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		return fmt.Errorf("the chart archive is not gzipped: %w: a chart is a .tgz (helm package)", err)
+	}
+	defer zr.Close()
+	tr := tar.NewReader(zr)
+	var total int64
+	files := 0
+	for {
+		hd, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("the chart archive is not a valid tar: %w", err)
+		}
+		name := strings.ReplaceAll(hd.Name, `\`, "/")
+		if c := path.Clean(name); path.IsAbs(name) || c == ".." || strings.HasPrefix(c, "../") || strings.Contains("/"+name+"/", "/../") {
+			return fmt.Errorf("the chart archive's entry %q leaves the chart's directory: deputy unpacks nothing from it", hd.Name)
+		}
+		// Every entry counts (a stream of directory entries costs time).
+		files++
+		if files > l.MaxFiles {
+			return &limit.Error{Field: limit.FieldMaxFiles, What: fmt.Sprintf("the chart archive's entry count (entry %q, entry %d)", hd.Name, files), Limit: fmt.Sprint(l.MaxFiles)}
+		}
+		if hd.Typeflag != tar.TypeReg {
+			continue
+		}
+		if hd.Size > l.MaxFileBytes {
+			return &limit.Error{Field: limit.FieldMaxFileBytes, What: fmt.Sprintf("the chart archive's file %q (%s unpacked)", hd.Name, limit.Bytes(hd.Size)), Limit: limit.Bytes(l.MaxFileBytes)}
+		}
+		if total += hd.Size; total > l.MaxRenderBytes {
+			return &limit.Error{Field: limit.FieldMaxRenderBytes, What: fmt.Sprintf("the chart archive unpacked (more than %s with %q)", limit.Bytes(total), hd.Name), Limit: limit.Bytes(l.MaxRenderBytes)}
+		}
+		// tar's reader returns at most the declared size: reading it
+		// checks the stream without keeping it.
+		if _, err := io.Copy(io.Discard, tr); err != nil {
+			return fmt.Errorf("the chart archive's entry %q: %w", hd.Name, err)
+		}
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"deputy.dev/deputy/internal/secretfile"
+	"deputy.dev/deputy/syncer/source/localrepo"
 )
 
 // RepoCredential holds the HTTPS credentials of the repositories URL
@@ -83,7 +84,7 @@ func repoLocation(repoURL string) (local string, remote *url.URL, err error) {
 	if repoURL == "" {
 		return "", nil, errors.New("spec.source.repoURL is empty: set it to an https:// URL")
 	}
-	if local, err = localPath(repoURL); err != nil || local != "" {
+	if local, err = localrepo.Path(repoURL); err != nil || local != "" {
 		return local, nil, err
 	}
 	u, err := url.Parse(repoURL)
@@ -129,11 +130,11 @@ func (c *Cache) open(ctx context.Context, repoURL string) (*openedRepo, error) {
 		return nil, err
 	}
 	if remote == nil {
-		root, err := localRoot(c.local, local, repoURL)
+		root, err := localrepo.Root(c.local, local, repoURL)
 		if err != nil {
 			return nil, err
 		}
-		repo, err := openLocal(root, local, repoURL)
+		repo, err := localrepo.Open(root, local, repoURL)
 		if err != nil {
 			return nil, err
 		}

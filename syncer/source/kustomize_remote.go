@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"deputy.dev/deputy/syncer/source/localrepo"
 )
 
 // This file is what sync.kustomize.remoteResources turns on. kustomize's
@@ -260,7 +262,7 @@ func (c *cloneDirs) cleanedAbs(p string) (filesys.ConfirmedDir, string, error) {
 	if err != nil {
 		return "", "", err
 	}
-	if !within(real, dir) {
+	if !localrepo.Within(real, dir) {
 		return "", "", fmt.Errorf("'%s' resolves to %s, outside the clone %s", p, real, dir)
 	}
 	fi, err := os.Stat(real)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"deputy.dev/deputy/syncer/source/localrepo"
 )
 
 // Limits bound one operation: what a render may read and produce, what a
@@ -229,3 +231,7 @@ func isLimitError(err error) bool {
 	var le *LimitError
 	return errors.As(err, &le)
 }
+
+// FieldLocalRepositories is the configuration field that allows local
+// repositories; refusals name it.
+const FieldLocalRepositories = localrepo.Field

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"deputy.dev/deputy/policy/v1alpha1"
+	"deputy.dev/deputy/syncer/source/localrepo"
 )
 
 // Render workers. What a render allocates depends on what the repository
@@ -106,7 +107,7 @@ func IsRenderWorker() bool { return os.Getenv(renderWorkerEnv) != "" }
 
 // workerRepo is where a render worker finds the repository: deputy's bare
 // mirror, or a local repository inside an allowed directory (opened again
-// with openLocal, confined to LocalRoot).
+// with localrepo.Open, confined to LocalRoot).
 type workerRepo struct {
 	Mirror    string `json:"mirror,omitempty"`
 	LocalRoot string `json:"localRoot,omitempty"`
@@ -124,7 +125,7 @@ func (w workerRepo) open() (*git.Repository, error) {
 		}
 		return repo, nil
 	case w.LocalPath != "":
-		return openLocal(w.LocalRoot, w.LocalPath, w.URL)
+		return localrepo.Open(w.LocalRoot, w.LocalPath, w.URL)
 	}
 	return nil, errors.New("the render request names no repository")
 }

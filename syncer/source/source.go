@@ -9,6 +9,7 @@ import (
 
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer/source/helm"
+	"deputy.dev/deputy/syncer/source/localrepo"
 )
 
 // Options configure New.
@@ -131,7 +132,7 @@ func checkLocalRepositories(dirs []string, cacheDir string) ([]string, error) {
 		if r, err := filepath.EvalSymlinks(d); err == nil {
 			real = r
 		}
-		if within(d, cache) || within(cache, d) || within(real, realCache) || within(realCache, real) {
+		if localrepo.Within(d, cache) || localrepo.Within(cache, d) || localrepo.Within(real, realCache) || localrepo.Within(realCache, real) {
 			return nil, fmt.Errorf("source: LocalRepositories[%d] %q overlaps the cache directory %s (%s): list directories that hold only Git repositories", i, d, cache, FieldLocalRepositories)
 		}
 		out = append(out, d)

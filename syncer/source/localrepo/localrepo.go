@@ -1,4 +1,4 @@
-package source
+package localrepo
 
 import (
 	"errors"
@@ -17,45 +17,45 @@ import (
 	"github.com/go-git/go-git/v5/storage/filesystem/dotgit"
 )
 
-// FieldLocalRepositories is the configuration field that allows local
-// repositories; refusals name it.
-const FieldLocalRepositories = "sync.localRepositories"
+// Field is the configuration field that allows local repositories;
+// refusals name it (source.Field).
+const Field = "sync.localRepositories"
 
 // maxGitPointerBytes bounds a .git file (gitdir: ...) or a commondir file:
 // each holds one path.
 const maxGitPointerBytes = 4096
 
-// localPath returns the cleaned absolute path a local repository URL names
+// Path returns the cleaned absolute path a local repository URL names
 // (file:///path, file://localhost/path or /path), "" when repoURL is not a
 // local repository URL. Relative paths are an error: they would depend on
 // deputy's working directory.
-func localPath(repoURL string) (string, error) {
+func Path(repoURL string) (string, error) {
 	switch {
 	case strings.HasPrefix(strings.ToLower(repoURL), "file:"): // schemes are case-insensitive (RFC 3986)
 		u, err := url.Parse(repoURL)
 		if err != nil {
-			return "", fmt.Errorf("spec.source.repoURL %q is not a valid file:// URL (a local repository, see %s): %w", repoURL, FieldLocalRepositories, err)
+			return "", fmt.Errorf("spec.source.repoURL %q is not a valid file:// URL (a local repository, see %s): %w", repoURL, Field, err)
 		}
 		if u.Host != "" && !strings.EqualFold(u.Host, "localhost") {
-			return "", fmt.Errorf("spec.source.repoURL %q names host %q: file:// URLs must be local (file:///path), and local repositories are opened only under %s", repoURL, u.Host, FieldLocalRepositories)
+			return "", fmt.Errorf("spec.source.repoURL %q names host %q: file:// URLs must be local (file:///path), and local repositories are opened only under %s", repoURL, u.Host, Field)
 		}
 		if u.RawQuery != "" || u.Fragment != "" || !filepath.IsAbs(filepath.FromSlash(u.Path)) {
-			return "", fmt.Errorf("spec.source.repoURL %q is not an absolute file:///path URL (local repositories are opened only under %s)", repoURL, FieldLocalRepositories)
+			return "", fmt.Errorf("spec.source.repoURL %q is not an absolute file:///path URL (local repositories are opened only under %s)", repoURL, Field)
 		}
 		return filepath.Clean(filepath.FromSlash(u.Path)), nil
 	case strings.HasPrefix(repoURL, "./") || strings.HasPrefix(repoURL, "../") || repoURL == "." || repoURL == "..":
-		return "", fmt.Errorf("spec.source.repoURL %q is a relative path: deputy never opens relative paths; use an https:// URL (or an absolute path under %s, if the operator allows local repositories)", repoURL, FieldLocalRepositories)
+		return "", fmt.Errorf("spec.source.repoURL %q is a relative path: deputy never opens relative paths; use an https:// URL (or an absolute path under %s, if the operator allows local repositories)", repoURL, Field)
 	case filepath.IsAbs(repoURL):
 		return filepath.Clean(repoURL), nil
 	}
 	return "", nil
 }
 
-// localRoot returns the directory of allowed that contains path (the longest
+// Root returns the directory of allowed that contains path (the longest
 // one), or an error naming sync.localRepositories.
-func localRoot(allowed []string, path, repoURL string) (string, error) {
+func Root(allowed []string, path, repoURL string) (string, error) {
 	if len(allowed) == 0 {
-		return "", fmt.Errorf("spec.source.repoURL %q is a local repository, and local repositories are off: use an https:// URL, or ask the operator to list a directory holding it in %s", repoURL, FieldLocalRepositories)
+		return "", fmt.Errorf("spec.source.repoURL %q is a local repository, and local repositories are off: use an https:// URL, or ask the operator to list a directory holding it in %s", repoURL, Field)
 	}
 	best := ""
 	for _, dir := range allowed {
@@ -64,12 +64,12 @@ func localRoot(allowed []string, path, repoURL string) (string, error) {
 		}
 	}
 	if best == "" {
-		return "", fmt.Errorf("spec.source.repoURL %q is not under a directory of %s (%s): use an https:// URL or a repository under one of them", repoURL, FieldLocalRepositories, strings.Join(allowed, ", "))
+		return "", fmt.Errorf("spec.source.repoURL %q is not under a directory of %s (%s): use an https:// URL or a repository under one of them", repoURL, Field, strings.Join(allowed, ", "))
 	}
 	return best, nil
 }
 
-// openLocal opens the repository at path (inside the allowed directory
+// Open opens the repository at path (inside the allowed directory
 // root) so that every file go-git reads stays inside root: the filesystems
 // are go-billy's BoundOS (paths are joined with
 // github.com/cyphar/filepath-securejoin, so symbolic links and absolute
@@ -81,15 +81,15 @@ func localRoot(allowed []string, path, repoURL string) (string, error) {
 //
 // go-git's PlainOpen is not used: it opens whatever these pointers name with
 // an unbound osfs.
-func openLocal(root, path, repoURL string) (*git.Repository, error) {
+func Open(root, path, repoURL string) (*git.Repository, error) {
 	refuse := func(what string) error {
-		return fmt.Errorf("spec.source.repoURL %q: %s, outside the directory %s allowed by %s", repoURL, what, root, FieldLocalRepositories)
+		return fmt.Errorf("spec.source.repoURL %q: %s, outside the directory %s allowed by %s", repoURL, what, root, Field)
 	}
 	// BoundOS confines every access below; this check only gives a clear
 	// message for a repository directory that is a link leaving root.
 	if real, err := filepath.EvalSymlinks(path); err == nil {
 		realRoot, rerr := filepath.EvalSymlinks(root)
-		if rerr == nil && !within(real, realRoot) {
+		if rerr == nil && !Within(real, realRoot) {
 			return nil, refuse(fmt.Sprintf("the path resolves (through a symbolic link) to %s", real))
 		}
 	}
@@ -182,7 +182,7 @@ func boundChroot(rootFS billy.Filesystem, root, base, target string) (billy.File
 		p = filepath.Join(base, p)
 	}
 	p = filepath.Clean(p)
-	if !within(p, root) {
+	if !Within(p, root) {
 		return nil, fmt.Errorf("%s is outside %s", p, root)
 	}
 	rel, err := filepath.Rel(root, p)
@@ -199,8 +199,8 @@ func boundChroot(rootFS billy.Filesystem, root, base, target string) (billy.File
 	return fs, nil
 }
 
-// within reports whether p is dir or below it (both cleaned, absolute).
-func within(p, dir string) bool {
+// Within reports whether p is dir or below it (both cleaned, absolute).
+func Within(p, dir string) bool {
 	return p == dir || dir == string(filepath.Separator) || strings.HasPrefix(p, dir+string(filepath.Separator))
 }
 
@@ -217,7 +217,7 @@ type alternatesFS struct {
 }
 
 func (a alternatesFS) rel(p string) string {
-	if filepath.IsAbs(p) && within(filepath.Clean(p), a.root) {
+	if filepath.IsAbs(p) && Within(filepath.Clean(p), a.root) {
 		if r, err := filepath.Rel(a.root, p); err == nil {
 			return r
 		}

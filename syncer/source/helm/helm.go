@@ -49,6 +49,11 @@ type Options struct {
 	// (the Application's name, the destination's namespace); nil renders
 	// with no values but the chart's and release name "release-name".
 	Source *v1alpha1.HelmSource
+	// Refs are the repositories of spec.sources' ref sources, by ref name,
+	// each at its source's revision: a "$REF/path" value file or file
+	// parameter reads path from the root of Refs[REF] (confined to it as
+	// Files confines). nil: every $REF is unknown.
+	Refs map[string]Files
 	// CountObjects is called with the number of objects decoded so far, for
 	// the render's object limit; a non-nil error stops the render.
 	CountObjects func(n int) error
@@ -85,7 +90,7 @@ func Render(ctx context.Context, opts Options) ([]*unstructured.Unstructured, er
 	if err := action.CheckDependencies(ch, ch.Metadata.Dependencies); err != nil {
 		return nil, fmt.Errorf("%s: %w: vendor the dependency under charts/ (helm dependency build, then commit charts/) or name it with a file:// repository inside the repository", label, err)
 	}
-	vals, err := mergeValues(opts.Files, opts.ChartDir, src)
+	vals, err := mergeValues(opts.Files, opts.Refs, opts.ChartDir, src)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", label, err)
 	}

@@ -56,10 +56,15 @@ type Rendered struct {
 // does not exist there, a limit exceeded (a *LimitError naming its
 // configuration field), or the render's own error. When the revision was
 // resolved, the returned Rendered carries it even with an error.
-func (c *Cache) Render(ctx context.Context, src v1alpha1.ApplicationSource, revision string) (*Rendered, error) {
+//
+// refs are the ref sources (spec.sources) whose repositories the Helm
+// source's $REF/path files read, each at its Revision; the worker reads
+// them through the same budget (sources.go).
+func (c *Cache) Render(ctx context.Context, src v1alpha1.ApplicationSource, revision string, refs ...Ref) (*Rendered, error) {
 	if err := CheckSupported(src); err != nil {
 		return nil, err
 	}
+	defer c.lockRefs(src.RepoURL, refs)()
 	if revision == "" {
 		revision = src.TargetRevision
 	}
@@ -82,6 +87,11 @@ func (c *Cache) Render(ctx context.Context, src v1alpha1.ApplicationSource, revi
 	if d, ok := ctx.Deadline(); ok {
 		req.Deadline = d
 	}
+	release, err := c.openRefs(ctx, opened, src.RepoURL, refs, &req)
+	if err != nil {
+		return out, err
+	}
+	defer release()
 	out.Objects, out.worker, err = c.worker.run(ctx, req)
 	return out, err
 }
@@ -94,7 +104,7 @@ func (c *Cache) Render(ctx context.Context, src v1alpha1.ApplicationSource, revi
 // of each. Everything is read lazily from the Git objects through gitFS,
 // within budget. started is called with workerKustomize or workerManifests
 // once the kind of render is known; each object is passed to emit as JSON.
-func renderCommit(repo *git.Repository, commit *object.Commit, repoURL, sourcePath, dir string, hs *v1alpha1.HelmSource, budget *renderBudget, kopts KustomizeOptions, started func(kind string), emit func([]byte) error) error {
+func renderCommit(repo *git.Repository, commit *object.Commit, repoURL, sourcePath, dir string, hs *v1alpha1.HelmSource, refs map[string]helm.Files, budget *renderBudget, kopts KustomizeOptions, started func(kind string), emit func([]byte) error) error {
 	rev := commit.Hash.String()
 	if err := checkObjectSize(repo, commit.TreeHash, plumbing.TreeObject, "the root tree", budget); err != nil {
 		return err
@@ -121,7 +131,7 @@ func renderCommit(repo *git.Repository, commit *object.Commit, repoURL, sourcePa
 		var objs []*unstructured.Unstructured
 		if _, ferr := sub.tree.FindEntry("Chart.yaml"); ferr == nil {
 			started(workerHelm)
-			objs, err = helm.Render(budget.ctx, helm.Options{Files: gfs, ChartDir: sub.rel, Source: hs, CountObjects: budget.objects})
+			objs, err = helm.Render(budget.ctx, helm.Options{Files: gfs, Refs: refs, ChartDir: sub.rel, Source: hs, CountObjects: budget.objects})
 		} else if helm.Configured(hs) {
 			return fmt.Errorf("spec.source.helm is set but path %q holds no Chart.yaml: set spec.source.path to the chart's directory or remove spec.source.helm", sourcePath)
 		} else {

@@ -140,7 +140,9 @@ type workerRequest struct {
 	SourcePath string `json:"sourcePath"`
 	Dir        string `json:"dir"`
 	// Helm is spec.source.helm, defaults filled by the sync engine.
-	Helm      *v1alpha1.HelmSource `json:"helm,omitempty"`
+	Helm *v1alpha1.HelmSource `json:"helm,omitempty"`
+	// Refs are the ref sources the Helm source's $REF/path files read.
+	Refs      map[string]workerRef `json:"refs,omitempty"`
 	Limits    Limits               `json:"limits"`
 	Kustomize KustomizeOptions     `json:"kustomize"`
 	// Deadline is the operation's (the worker's reads fail after it).

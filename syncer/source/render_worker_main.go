@@ -126,7 +126,12 @@ func workerRender(ctx context.Context, req workerRequest, limits Limits, started
 	if err != nil {
 		return fmt.Errorf("failed to read commit %s of %s: %w", req.Commit, req.Repo.URL, err)
 	}
-	return renderCommit(repo, commit, req.Repo.URL, req.SourcePath, req.Dir, req.Helm, newRenderBudget(ctx, limits), req.Kustomize, started, emit)
+	budget := newRenderBudget(ctx, limits)
+	refs, err := openWorkerRefs(req.Refs, budget)
+	if err != nil {
+		return err
+	}
+	return renderCommit(repo, commit, req.Repo.URL, req.SourcePath, req.Dir, req.Helm, refs, budget, req.Kustomize, started, emit)
 }
 
 // workerPeak is the most Go memory the watchdog saw in use.

@@ -306,8 +306,12 @@ func (f *ctlFixture) follower(id string, grace time.Duration) *replica {
 
 type ctlRevisions struct{}
 
-func (ctlRevisions) ResolveRevision(context.Context, *v1alpha1.Application) (string, error) {
-	return "abc", nil
+func (ctlRevisions) ResolveRevisions(_ context.Context, app *v1alpha1.Application, _ *v1alpha1.AppProject) ([]string, error) {
+	out := make([]string, len(app.Spec.GetSources()))
+	for i := range out {
+		out[i] = "abc"
+	}
+	return out, nil
 }
 
 func (f *ctlFixture) waitFor(what string, cond func() bool) {

@@ -117,8 +117,8 @@ func (u unavailableRunner) Run(_ context.Context, req syncer.Request, _ syncer.P
 	}
 }
 
-// ResolveRevision implements syncer.RevisionResolver: it fails with the
+// ResolveRevisions implements syncer.RevisionResolver: it fails with the
 // reason the engine is not available.
-func (u unavailableRunner) ResolveRevision(context.Context, *v1alpha1.Application) (string, error) {
-	return "", errors.New("sync engine not available: " + u.reason)
+func (u unavailableRunner) ResolveRevisions(context.Context, *v1alpha1.Application, *v1alpha1.AppProject) ([]string, error) {
+	return nil, errors.New("sync engine not available: " + u.reason)
 }

@@ -12,7 +12,6 @@ import (
 
 	"deputy.dev/deputy/policy"
 	"deputy.dev/deputy/policy/v1alpha1"
-	"deputy.dev/deputy/syncer/source"
 )
 
 // Prune deletes exactly the objects that carry this Application's tracking
@@ -243,11 +242,10 @@ func (op *operation) deleteAll(ctx context.Context) {
 // is empty when that operation ended in Error). The objects returned carry
 // only what pruneScopes reads.
 func (op *operation) renderedKinds(ctx context.Context, cl *clients, compiled *policy.CompiledProject) []*planObject {
-	src := op.source()
-	if source.CheckSupported(src) != nil || checkSource(compiled, src) != nil {
+	if checkSources(compiled, op.app) != nil {
 		return nil
 	}
-	r, err := op.e.sources.Render(ctx, src, "")
+	r, err := RenderApplication(ctx, op.e.sources, op.app, v1alpha1.SyncOperation{})
 	if err != nil {
 		op.log.Info("deleting: the source does not render; looking only where the last operation recorded objects", "error", err.Error())
 		return nil

@@ -201,12 +201,14 @@ func parseKubeVersion(v string) (*chartutil.KubeVersion, error) {
 
 // Configured reports whether h asks for anything of a chart beyond the
 // release's name and namespace (which the sync engine fills in for every
-// source): such a source must point at a chart.
+// source) and the capabilities kubeVersion and apiVersions (which `deputy
+// render --kube-version/--api-versions` sets for every source): such a
+// source must point at a chart.
 func Configured(h *v1alpha1.HelmSource) bool {
 	if h == nil {
 		return false
 	}
 	c := *h
-	c.ReleaseName, c.Namespace = "", ""
+	c.ReleaseName, c.Namespace, c.KubeVersion, c.APIVersions = "", "", "", nil
 	return !reflect.DeepEqual(c, v1alpha1.HelmSource{})
 }

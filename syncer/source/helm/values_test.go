@@ -83,6 +83,9 @@ func TestConfigured(t *testing.T) {
 	if Configured(nil) || Configured(&v1alpha1.HelmSource{ReleaseName: "a", Namespace: "b"}) {
 		t.Error("a release name and namespace alone (the sync engine's defaults) configure nothing")
 	}
+	if Configured(&v1alpha1.HelmSource{KubeVersion: "1.37.0", APIVersions: []string{"v1"}}) {
+		t.Error("capabilities alone (deputy render's --kube-version, --api-versions) configure nothing")
+	}
 	if !Configured(&v1alpha1.HelmSource{SkipCrds: true}) {
 		t.Error("skipCrds configures the render")
 	}

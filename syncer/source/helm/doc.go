@@ -2,7 +2,8 @@
 // template` does (Helm 3's library, as Argo CD renders charts), for the
 // render worker of package syncer/source: the chart's files, its values
 // files and its file:// dependencies are read through Files (the worker's
-// view of one commit, within its limits), the values are merged as Argo CD
+// view of one commit, within its limits), $REF/path values files through
+// Options.Refs (the views of spec.sources' ref sources), the values are merged as Argo CD
 // merges spec.source.helm (Validate, values.go), and the objects come back
 // in `helm template`'s order, hooks included as ordinary objects with
 // their annotations. Its entry points are Render and Validate.

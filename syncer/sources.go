@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -36,7 +37,8 @@ type RenderedApplication struct {
 // objects are concatenated in source order.
 //
 // Helm sources get Argo CD's defaults: the release is named after the
-// Application and installed in the destination namespace.
+// Application and installed in the destination namespace. opts are passed
+// to every source's render.
 //
 // It checks no project: the engine checks every source against the
 // AppProject (checkSources) before calling it. The returned value carries
@@ -46,13 +48,13 @@ type RenderedApplication struct {
 // repository and path), sync.Revision on spec.sources or sync.Revisions
 // not one per source, an object rendered by two sources (naming both), or
 // more objects in all than sync.limits.maxObjects (*source.LimitError).
-func RenderApplication(ctx context.Context, sources *source.Cache, app *v1alpha1.Application, sync v1alpha1.SyncOperation) (*RenderedApplication, error) {
+func RenderApplication(ctx context.Context, sources *source.Cache, app *v1alpha1.Application, sync v1alpha1.SyncOperation, opts ...source.RenderOption) (*RenderedApplication, error) {
 	spec := &app.Spec
 	if !spec.HasMultipleSources() {
 		if len(sync.Revisions) > 0 {
 			return nil, errors.New("operation.sync.revisions is for spec.sources: this Application has spec.source, give operation.sync.revision (deputy sync --revision)")
 		}
-		r, err := sources.Render(ctx, withHelmDefaults(app, spec.Source), sync.Revision)
+		r, err := sources.Render(ctx, withHelmDefaults(app, spec.Source), sync.Revision, opts...)
 		if r == nil {
 			return nil, err
 		}
@@ -95,7 +97,7 @@ func RenderApplication(ctx context.Context, sources *source.Cache, app *v1alpha1
 		for _, name := range src.UsedRefs() {
 			used = append(used, refs[name])
 		}
-		r, err := sources.Render(ctx, withHelmDefaults(app, src), out.Revisions[i], used...)
+		r, err := sources.Render(ctx, withHelmDefaults(app, src), out.Revisions[i], append(slices.Clip(opts), source.WithRefs(used...))...)
 		if err != nil {
 			return out, fmt.Errorf("%s: %w", describeSource(spec, i), err)
 		}

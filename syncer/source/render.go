@@ -57,14 +57,18 @@ type Rendered struct {
 // configuration field), or the render's own error. When the revision was
 // resolved, the returned Rendered carries it even with an error.
 //
-// refs are the ref sources (spec.sources) whose repositories the Helm
-// source's $REF/path files read, each at its Revision; the worker reads
+// WithRefs gives the ref sources (spec.sources) whose repositories the
+// Helm source's $REF/path files read, each at its Revision; the worker reads
 // them through the same budget (sources.go).
-func (c *Cache) Render(ctx context.Context, src v1alpha1.ApplicationSource, revision string, refs ...Ref) (*Rendered, error) {
+func (c *Cache) Render(ctx context.Context, src v1alpha1.ApplicationSource, revision string, opts ...RenderOption) (*Rendered, error) {
 	if err := CheckSupported(src); err != nil {
 		return nil, err
 	}
-	defer c.lockRefs(src.RepoURL, refs)()
+	var o renderOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	defer c.lockRefs(src.RepoURL, o.refs)()
 	if revision == "" {
 		revision = src.TargetRevision
 	}
@@ -87,7 +91,7 @@ func (c *Cache) Render(ctx context.Context, src v1alpha1.ApplicationSource, revi
 	if d, ok := ctx.Deadline(); ok {
 		req.Deadline = d
 	}
-	release, err := c.openRefs(ctx, opened, src.RepoURL, refs, &req)
+	release, err := c.openRefs(ctx, opened, src.RepoURL, o.refs, &req)
 	if err != nil {
 		return out, err
 	}

@@ -22,6 +22,22 @@ type Ref struct {
 	Revision string
 }
 
+// RenderOption configures one Cache.Render.
+type RenderOption func(*renderOptions)
+
+// renderOptions are what RenderOptions set.
+type renderOptions struct {
+	// refs are the ref sources the Helm source's $REF/path files read.
+	refs []Ref
+}
+
+// WithRefs gives Render the ref sources (spec.sources) whose repositories
+// the Helm source's $REF/path value files and file parameters read, each
+// at its Revision.
+func WithRefs(refs ...Ref) RenderOption {
+	return func(o *renderOptions) { o.refs = append(o.refs, refs...) }
+}
+
 // workerRef is a ref source's repository and commit for a render worker.
 type workerRef struct {
 	Repo   workerRepo `json:"repo"`

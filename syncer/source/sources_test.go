@@ -28,7 +28,7 @@ func TestRenderWithRefs(t *testing.T) {
 
 	render := func(t *testing.T, c *Cache, file, rev string) (*Rendered, error) {
 		src := v1alpha1.ApplicationSource{RepoURL: charts.dir, Path: "web", Helm: &v1alpha1.HelmSource{ValueFiles: []string{file}}}
-		return c.Render(t.Context(), src, "", Ref{Name: "values", RepoURL: values.dir, Revision: rev})
+		return c.Render(t.Context(), src, "", WithRefs(Ref{Name: "values", RepoURL: values.dir, Revision: rev}))
 	}
 	for _, tc := range []struct {
 		name, file, rev, want, wantErr string
@@ -69,7 +69,7 @@ func TestRenderWithRefs(t *testing.T) {
 	})
 	t.Run("a ref in the source's own repository reuses it", func(t *testing.T) {
 		src := v1alpha1.ApplicationSource{RepoURL: charts.dir, Path: "web", Helm: &v1alpha1.HelmSource{ValueFiles: []string{"$self/secret.yaml"}}}
-		out, err := testCache(t).Render(t.Context(), src, "", Ref{Name: "self", RepoURL: charts.dir, Revision: "HEAD"})
+		out, err := testCache(t).Render(t.Context(), src, "", WithRefs(Ref{Name: "self", RepoURL: charts.dir, Revision: "HEAD"}))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -33,8 +33,10 @@ type RenderedApplication struct {
 // (sync.Revisions[i], else its targetRevision) so that a ref source read by
 // several renders is read at one commit, then renders each source that
 // renders (a ref source without path only lends files), each in its own
-// render worker, with the ref sources its $REF/path files name; the
-// objects are concatenated in source order.
+// render worker, with the ref sources its $REF/path files name and what
+// the earlier renders left of sync.limits.maxObjects and maxRenderBytes
+// (source.WithUsed: the sources together stay within them, however many
+// there are); the objects are concatenated in source order.
 //
 // Helm sources get Argo CD's defaults: the release is named after the
 // Application and installed in the destination namespace. opts are passed
@@ -47,7 +49,8 @@ type RenderedApplication struct {
 // Errors: a source that does not render (naming spec.sources[i], its
 // repository and path), sync.Revision on spec.sources or sync.Revisions
 // not one per source, an object rendered by two sources (naming both), or
-// more objects in all than sync.limits.maxObjects (*source.LimitError).
+// the sources together over sync.limits.maxObjects or maxRenderBytes
+// (*source.LimitError).
 func RenderApplication(ctx context.Context, sources *source.Cache, app *v1alpha1.Application, sync v1alpha1.SyncOperation, opts ...source.RenderOption) (*RenderedApplication, error) {
 	spec := &app.Spec
 	if !spec.HasMultipleSources() {
@@ -88,7 +91,7 @@ func RenderApplication(ctx context.Context, sources *source.Cache, app *v1alpha1
 		}
 	}
 	from := map[objectID]int{}
-	limit := sources.Limits().MaxObjects
+	var bytes int64
 	for i, src := range spec.Sources {
 		if !src.Renders() {
 			continue
@@ -97,7 +100,9 @@ func RenderApplication(ctx context.Context, sources *source.Cache, app *v1alpha1
 		for _, name := range src.UsedRefs() {
 			used = append(used, refs[name])
 		}
-		r, err := sources.Render(ctx, withHelmDefaults(app, src), out.Revisions[i], append(slices.Clip(opts), source.WithRefs(used...))...)
+		// Each render gets what the earlier ones left of the limits.
+		r, err := sources.Render(ctx, withHelmDefaults(app, src), out.Revisions[i],
+			append(slices.Clip(opts), source.WithRefs(used...), source.WithUsed(len(out.Objects), bytes))...)
 		if err != nil {
 			return out, fmt.Errorf("%s: %w", describeSource(spec, i), err)
 		}
@@ -109,9 +114,7 @@ func RenderApplication(ctx context.Context, sources *source.Cache, app *v1alpha1
 			from[id] = i
 		}
 		out.Objects = append(out.Objects, r.Objects...)
-		if len(out.Objects) > limit {
-			return out, &source.LimitError{Field: source.FieldMaxObjects, What: fmt.Sprintf("the object count of all of spec.sources together (more than %d)", limit), Limit: fmt.Sprint(limit)}
-		}
+		bytes += r.Bytes
 	}
 	return out, nil
 }

@@ -1,6 +1,7 @@
 package syncer
 
 import (
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -68,7 +69,7 @@ func newMultiSourceRepos(t *testing.T) *multiSourceRepos {
 		"web/Chart.yaml":        "apiVersion: v2\nname: web\nversion: 0.1.0\n",
 		"web/values.yaml":       "sa: default-name\n",
 		"web/templates/sa.yaml": "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: {{ .Values.sa }}}\n",
-		"plain/cm.yaml":         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: plain}\n",
+		"plain/cm.yaml":         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: plain}\ndata: {big: " + strings.Repeat("x", 4096) + "}\n",
 	})
 	m.valuesSHA = commitFiles(t, m.values, map[string]string{
 		"web/prod.yaml": "sa: from-values\n",
@@ -207,5 +208,46 @@ func TestRunRecordsRevisionsPerSource(t *testing.T) {
 	}
 	if !slices.Equal(st.SyncResult.RevisionList(), st.SyncResult.Revisions) {
 		t.Errorf("RevisionList = %v", st.SyncResult.RevisionList())
+	}
+}
+
+// Attack: many sources, each within the limits alone, cannot together
+// exceed sync.limits.maxObjects or maxRenderBytes: each render gets what
+// the earlier ones left.
+func TestRenderApplicationSourcesShareTheLimits(t *testing.T) {
+	m := newMultiSourceRepos(t)
+	// What each rendering source holds alone.
+	var sizes []int64
+	for _, i := range []int{0, 2} {
+		src := withHelmDefaults(m.app, m.app.Spec.Sources[i])
+		r, err := m.cache.Render(t.Context(), src, "", source.WithRefs(source.Ref{Name: "values", RepoURL: m.values, Revision: m.valuesSHA}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sizes = append(sizes, r.Bytes)
+	}
+	if sizes[0] <= 0 || sizes[1] <= 0 {
+		t.Fatalf("sizes %v, want each render's size counted", sizes)
+	}
+	for _, tc := range []struct {
+		name   string
+		limits source.Limits
+		field  string
+	}{
+		{"objects", source.Limits{MaxObjects: 1}, source.FieldMaxObjects},
+		// The chart's render reads less than the plain source's output.
+		{"bytes", source.Limits{MaxRenderBytes: sizes[0] + sizes[1] - 1}, source.FieldMaxRenderBytes},
+	} {
+		t.Run("each source fits alone, not together: "+tc.name, func(t *testing.T) {
+			c, err := source.New(source.Options{CacheDir: t.TempDir(), LocalRepositories: []string{filepath.Dir(m.charts)}, Limits: tc.limits})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = RenderApplication(t.Context(), c, m.app, v1alpha1.SyncOperation{})
+			var le *source.LimitError
+			if !errors.As(err, &le) || le.Field != tc.field || !strings.Contains(err.Error(), "spec.sources[2]") {
+				t.Fatalf("err = %v, want a *LimitError naming %s for spec.sources[2]", err, tc.field)
+			}
+		})
 	}
 }

@@ -39,6 +39,9 @@ type Rendered struct {
 	// manifests: files in lexical order of their paths, documents in file
 	// order; kustomize: its output's order).
 	Objects []*unstructured.Unstructured
+	// Bytes is the objects' estimated size in memory (what counts against
+	// Limits.MaxRenderBytes).
+	Bytes int64
 	// worker is what the render worker reported about itself.
 	worker *workerStats
 }
@@ -96,7 +99,13 @@ func (c *Cache) Render(ctx context.Context, src v1alpha1.ApplicationSource, revi
 		return out, err
 	}
 	defer release()
+	if req.Limits, err = o.remaining(req.Limits); err != nil {
+		return out, err
+	}
 	out.Objects, out.worker, err = c.worker.run(ctx, req)
+	if out.worker != nil {
+		out.Bytes = out.worker.Bytes
+	}
 	return out, err
 }
 

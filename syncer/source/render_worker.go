@@ -203,6 +203,8 @@ type workerStats struct {
 	PeakMemory uint64 `json:"peakMemory"`
 	// PeakRSS is the worker's peak resident set (VmHWM, bytes; Linux).
 	PeakRSS uint64 `json:"peakRSS,omitempty"`
+	// Bytes is what deputy counted of the objects it read (decodedSize).
+	Bytes int64 `json:"-"`
 }
 
 // workerCommand starts render workers. The zero value starts deputy's own
@@ -439,6 +441,7 @@ func readWorkerOutput(r io.Reader, l Limits, hello func()) workerOutput {
 			return out
 		case f.End != nil:
 			out.end = f.End
+			out.end.Bytes = size
 			return out
 		}
 	}

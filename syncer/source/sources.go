@@ -29,6 +29,32 @@ type RenderOption func(*renderOptions)
 type renderOptions struct {
 	// refs are the ref sources the Helm source's $REF/path files read.
 	refs []Ref
+	// usedObjects and usedBytes are held by earlier renders of the same
+	// operation (WithUsed).
+	usedObjects int
+	usedBytes   int64
+}
+
+// WithUsed says that earlier renders of the same operation hold objects
+// objects of bytes bytes (their Rendered.Objects and Bytes): this render
+// gets what is left of Limits.MaxObjects and MaxRenderBytes, so that an
+// Application's sources, however many, stay within them together.
+func WithUsed(objects int, bytes int64) RenderOption {
+	return func(o *renderOptions) { o.usedObjects, o.usedBytes = objects, bytes }
+}
+
+// remaining is l less what earlier renders hold (WithUsed); a *LimitError
+// when nothing is left.
+func (o renderOptions) remaining(l Limits) (Limits, error) {
+	l.MaxObjects -= o.usedObjects
+	l.MaxRenderBytes -= o.usedBytes
+	switch {
+	case l.MaxObjects <= 0:
+		return l, &LimitError{Field: FieldMaxObjects, What: "the object count of the Application's sources together", Limit: fmt.Sprint(l.MaxObjects + o.usedObjects)}
+	case l.MaxRenderBytes <= 0:
+		return l, renderBytesLimit(Limits{MaxRenderBytes: l.MaxRenderBytes + o.usedBytes})
+	}
+	return l, nil
 }
 
 // WithRefs gives Render the ref sources (spec.sources) whose repositories

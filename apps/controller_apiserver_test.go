@@ -100,6 +100,7 @@ type ctlRun struct {
 	uid         types.UID
 	generation  int64
 	initiatedBy string
+	sync        v1alpha1.SyncOperation
 	concurrent  int           // runs in progress when this one started, itself included
 	release     chan struct{} // closed by succeed
 	once        sync.Once
@@ -132,7 +133,7 @@ func newCtlRunner() *ctlRunner { return &ctlRunner{started: make(chan *ctlRun, 1
 
 func (f *ctlRunner) Run(ctx context.Context, req syncer.Request, _ syncer.Progress) *v1alpha1.OperationState {
 	run := &ctlRun{uid: req.Application.UID, generation: req.Application.Generation, initiatedBy: req.InitiatedBy.Username,
-		release: make(chan struct{}), ended: make(chan struct{})}
+		sync: *req.Sync.DeepCopy(), release: make(chan struct{}), ended: make(chan struct{})}
 	f.mu.Lock()
 	f.running++
 	f.maxRunning = max(f.maxRunning, f.running)
@@ -152,8 +153,11 @@ func (f *ctlRunner) Run(ctx context.Context, req syncer.Request, _ syncer.Progre
 		f.mu.Lock()
 		results := f.results
 		f.mu.Unlock()
-		return &v1alpha1.OperationState{Phase: v1alpha1.OperationSucceeded, Message: "done: " + run.String(), FinishedAt: &now,
-			SyncResult: &v1alpha1.SyncOperationResult{Revision: "abc", Resources: results}}
+		res := &v1alpha1.SyncOperationResult{Revision: "abc", Resources: results}
+		if req.Application.Spec.HasMultipleSources() {
+			res.Revision, res.Revisions = "", req.Sync.Revisions
+		}
+		return &v1alpha1.OperationState{Phase: v1alpha1.OperationSucceeded, Message: "done: " + run.String(), FinishedAt: &now, SyncResult: res}
 	case <-ctx.Done():
 		f.mu.Lock()
 		run.cancelled = true
@@ -306,8 +310,12 @@ func (f *ctlFixture) follower(id string, grace time.Duration) *replica {
 
 type ctlRevisions struct{}
 
-func (ctlRevisions) ResolveRevision(context.Context, *v1alpha1.Application) (string, error) {
-	return "abc", nil
+func (ctlRevisions) ResolveRevisions(_ context.Context, app *v1alpha1.Application, _ *v1alpha1.AppProject) ([]string, error) {
+	out := make([]string, len(app.Spec.GetSources()))
+	for i := range out {
+		out[i] = "abc"
+	}
+	return out, nil
 }
 
 func (f *ctlFixture) waitFor(what string, cond func() bool) {
@@ -783,4 +791,63 @@ func TestAPIServerControllerGitWebhookRecordsManyApplications(t *testing.T) {
 	if len(f.runner.runs) != 0 {
 		t.Errorf("a replica that does not lead ran %d operations", len(f.runner.runs))
 	}
+}
+
+// An automated Application with spec.sources syncs with one revision per
+// source (operation.sync.revisions, what the engine resolves for each), its
+// status records them (status.sync.revisions), and a change that moves no
+// source starts no new sync.
+func TestAPIServerControllerAutomatedMultiSourceSyncsWithRevisionsPerSource(t *testing.T) {
+	f := newCtlFixture(t, "multi-source")
+	f.leader("a", 5*time.Second)
+	u := ctlApplication(f.ns, "multi", true)
+	spec := u.Object["spec"].(map[string]any)
+	delete(spec, "source")
+	spec["sources"] = []any{
+		map[string]any{"repoURL": "https://github.com/org/charts.git", "path": "web", "targetRevision": "main"},
+		map[string]any{"repoURL": "https://github.com/org/values.git", "targetRevision": "main", "ref": "values"},
+	}
+	if _, err := f.dyn.Namespace(f.ns).Create(t.Context(), u, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	run := f.runner.next(t, "the automated sync of the new Application")
+	if len(run.sync.Revisions) != 2 || run.sync.Revisions[0] != "abc" || run.sync.Revisions[1] != "abc" || run.sync.Revision != "" {
+		t.Errorf("automated sync = %+v, want revisions [abc abc] and no single revision", run.sync)
+	}
+	run.succeed()
+	f.waitDone("multi")
+	f.waitFor("status.sync.revisions", func() bool {
+		app := f.get("multi")
+		return app != nil && app.Status.Sync.Status == v1alpha1.SyncStatusCodeSynced && len(app.Status.Sync.Revisions) == 2
+	})
+	update := func(change func(spec map[string]any)) {
+		t.Helper()
+		cur, err := f.dyn.Namespace(f.ns).Get(t.Context(), "multi", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		change(cur.Object["spec"].(map[string]any))
+		if _, err := f.dyn.Namespace(f.ns).Update(t.Context(), cur, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A spec change that moves no source: no new sync.
+	update(func(spec map[string]any) {
+		spec["syncPolicy"].(map[string]any)["syncOptions"] = []any{"CreateNamespace=true"}
+	})
+	select {
+	case run := <-f.runner.started:
+		t.Errorf("a change that moved no source started %s", run)
+	case <-time.After(3 * time.Second):
+	}
+	// A third source: its revision is new, so the Application syncs again.
+	update(func(spec map[string]any) {
+		spec["sources"] = append(spec["sources"].([]any), map[string]any{"repoURL": "https://github.com/org/extra.git", "path": "."})
+	})
+	run = f.runner.next(t, "the automated sync after a source was added")
+	if len(run.sync.Revisions) != 3 {
+		t.Errorf("automated sync = %+v, want three revisions", run.sync)
+	}
+	run.succeed()
+	f.waitDone("multi")
 }

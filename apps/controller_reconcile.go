@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -273,28 +274,47 @@ func (c *Controller) autoSync(ctx context.Context, app *v1alpha1.Application) er
 		return nil
 	}
 	key := appKey(app.Namespace, app.Name)
-	sha, err := c.opts.Revisions.ResolveRevision(ctx, app)
+	project, err := c.opts.Projects(app)
+	if err != nil {
+		c.log.Warn("automated sync: the Application's AppProject is not usable", "application", key, "error", err.Error())
+		return nil // looked at again next period
+	}
+	shas, err := c.opts.Revisions.ResolveRevisions(ctx, app, project)
 	if err != nil {
 		c.log.Warn("automated sync: cannot resolve the target revision", "application", key, "error", err.Error())
 		return nil // looked at again next period
 	}
+	// One revision per source: status.sync.revisions (spec.sources) or
+	// revision (spec.source), compared as a whole.
+	sha := strings.Join(shas, ",")
+	synced := strings.Join(app.Status.Sync.RevisionList(), ",")
+	lastRev := ""
 	last := app.Status.OperationState
+	if last != nil {
+		lastRev = strings.Join(last.SyncResult.RevisionList(), ",")
+	}
 	switch {
-	case !auto.SelfHeal && app.Status.Sync.Status == v1alpha1.SyncStatusCodeSynced && app.Status.Sync.Revision == sha:
+	case !auto.SelfHeal && app.Status.Sync.Status == v1alpha1.SyncStatusCodeSynced && synced == sha:
 		return nil
-	case !auto.SelfHeal && app.Status.Sync.Status == v1alpha1.SyncStatusCodeOutOfSync && app.Status.Sync.Revision == sha &&
+	case !auto.SelfHeal && app.Status.Sync.Status == v1alpha1.SyncStatusCodeOutOfSync && synced == sha &&
 		(!auto.Prune || (last != nil && last.Operation.InitiatedBy.Automated && last.Operation.Sync != nil && last.Operation.Sync.Prune &&
-			last.SyncResult != nil && last.SyncResult.Revision == sha)):
+			lastRev == sha)):
 		// Synced to this revision, but objects that prune would delete
 		// remain: an automated sync without prune changes nothing, and one
 		// with prune already left them (Argo CD does not retry either).
 		return nil
 	case !auto.SelfHeal && last != nil && last.Phase != v1alpha1.OperationSucceeded && last.Operation.InitiatedBy.Automated &&
-		last.SyncResult != nil && last.SyncResult.Revision == sha:
+		lastRev == sha:
 		c.log.Info("automated sync skipped: the last automated sync of this revision failed", "application", key, "revision", sha)
 		return nil
 	}
-	_, err = c.Start(ctx, app, nil, v1alpha1.SyncOperation{Revision: sha, Prune: auto.Prune}, v1alpha1.InitiatedBy{Automated: true})
+	op := v1alpha1.SyncOperation{Prune: auto.Prune}
+	if app.Spec.HasMultipleSources() {
+		op.Revisions = shas
+	} else if len(shas) > 0 {
+		op.Revision = shas[0]
+	}
+	_, err = c.Start(ctx, app, project, op, v1alpha1.InitiatedBy{Automated: true})
 	if errors.Is(err, ErrOperationInProgress) || apierrors.IsNotFound(err) {
 		return nil
 	}

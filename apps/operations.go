@@ -1,11 +1,13 @@
 package apps
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -267,13 +269,16 @@ func inherit(s, prev *v1alpha1.OperationState) {
 		s.Phase = v1alpha1.OperationRunning
 	}
 	if (s.SyncResult == nil || len(s.SyncResult.Resources) == 0) && prev.SyncResult != nil {
-		revision := ""
+		revision, revisions := "", []string(nil)
 		if s.SyncResult != nil {
-			revision = s.SyncResult.Revision
+			revision, revisions = s.SyncResult.Revision, s.SyncResult.Revisions
 		}
 		s.SyncResult = prev.SyncResult.DeepCopy()
 		if revision != "" {
 			s.SyncResult.Revision = revision
+		}
+		if len(revisions) > 0 {
+			s.SyncResult.Revisions = slices.Clone(revisions)
 		}
 	}
 }
@@ -368,11 +373,15 @@ func (o *Operations) auditLine(req syncer.Request, final *v1alpha1.OperationStat
 	if user == "" && req.InitiatedBy.Automated {
 		user = "automated"
 	}
-	revision := req.Sync.Revision
-	if final.SyncResult != nil && final.SyncResult.Revision != "" {
-		revision = final.SyncResult.Revision
+	revision := cmp.Or(req.Sync.Revision, strings.Join(req.Sync.Revisions, ","))
+	if revs := final.SyncResult.RevisionList(); len(revs) > 0 {
+		revision = strings.Join(revs, ",")
 	} else if revision == "" {
-		revision = req.Application.Spec.Source.TargetRevision
+		var targets []string
+		for _, src := range req.Application.Spec.GetSources() {
+			targets = append(targets, src.TargetRevision)
+		}
+		revision = strings.Join(targets, ",")
 	}
 	o.log.LogAttrs(context.Background(), slog.LevelInfo, AuditMessage,
 		slog.String("user", user),

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -579,7 +580,7 @@ func TestApplicationStatus(t *testing.T) {
 	}
 	waitFinished(t, ops, "ns", "a")
 	st := ops.ApplicationStatus("ns", "a")
-	if st.Sync != (v1alpha1.SyncStatus{Status: v1alpha1.SyncStatusCodeSynced, Revision: "0123abc"}) || st.OperationState.Phase != v1alpha1.OperationSucceeded {
+	if !reflect.DeepEqual(st.Sync, v1alpha1.SyncStatus{Status: v1alpha1.SyncStatusCodeSynced, Revision: "0123abc"}) || st.OperationState.Phase != v1alpha1.OperationSucceeded {
 		t.Errorf("status after a successful sync: %+v", st)
 	}
 	if _, err := ops.Start(t.Context(), app("ns", "a"), project("ns"), v1alpha1.SyncOperation{DryRun: true}, alice); err != nil {

@@ -135,11 +135,18 @@ func SyncPush(ctx context.Context, targets PushTargets, push Push) (PushResult, 
 	return res, nil
 }
 
-// pushMatches says whether push affects app: same repository (keys are the
-// push's repoKeys) and a targetRevision the push moved.
+// pushMatches says whether push affects app: one of its sources (spec.source,
+// or any of spec.sources, ref sources included: their files are part of the
+// render) has the push's repository (keys are the push's repoKeys) and a
+// targetRevision the push moved.
 func pushMatches(app *v1alpha1.Application, keys []string, push Push) bool {
-	k := RepositoryKey(app.Spec.Source.RepoURL)
-	return k != "" && slices.Contains(keys, k) && RevisionMatches(app.Spec.Source.TargetRevision, push)
+	for _, src := range app.Spec.GetSources() {
+		k := RepositoryKey(src.RepoURL)
+		if k != "" && slices.Contains(keys, k) && RevisionMatches(src.TargetRevision, push) {
+			return true
+		}
+	}
+	return false
 }
 
 // RevisionMatches says whether push moved targetRevision: Argo CD's

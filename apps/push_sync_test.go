@@ -102,3 +102,31 @@ func TestPushMatchesAndInitiator(t *testing.T) {
 		t.Errorf("Initiator = %q", got)
 	}
 }
+
+// An Application with spec.sources is triggered by a push to the repository
+// of any of its sources (a ref source's values included) at that source's
+// targetRevision; its spec.source, empty, matches nothing.
+func TestSyncPushMatchesAnySourceOfSpecSources(t *testing.T) {
+	multi := func(name string, srcs ...v1alpha1.ApplicationSource) *v1alpha1.Application {
+		a := pushApp("a", name, "", "", true)
+		a.Spec.Sources = srcs
+		return a
+	}
+	targets := &fakeTargets{apps: []*v1alpha1.Application{
+		multi("values-ref", v1alpha1.ApplicationSource{RepoURL: "https://github.com/org/charts", TargetRevision: "main", Path: "web"},
+			v1alpha1.ApplicationSource{RepoURL: "https://github.com/org/values", TargetRevision: "main", Ref: "values"}),
+		multi("chart", v1alpha1.ApplicationSource{RepoURL: "https://github.com/org/values.git", TargetRevision: "HEAD", Path: "web"}),
+		multi("other-branch", v1alpha1.ApplicationSource{RepoURL: "https://github.com/org/charts", TargetRevision: "main", Path: "web"},
+			v1alpha1.ApplicationSource{RepoURL: "https://github.com/org/values", TargetRevision: "dev", Ref: "values"}),
+		multi("unrelated", v1alpha1.ApplicationSource{RepoURL: "https://github.com/org/charts", TargetRevision: "main", Path: "web"}),
+	}}
+	push := apps.Push{Provider: "github", RepoURLs: []string{"https://github.com/org/values"},
+		Ref: "refs/heads/main", Revision: "main", RefType: apps.RefBranch, DefaultBranch: "main", TouchedHead: true}
+	got, err := apps.SyncPush(t.Context(), targets, push)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(apps.PushResult{Triggered: []string{"a/chart", "a/values-ref"}}, got); d != "" {
+		t.Errorf("result (-want +got):\n%s", d)
+	}
+}

@@ -223,7 +223,7 @@ func compareSchema(t *testing.T, path string, typ reflect.Type, s apiextensionsv
 				t.Fatalf("%s.%s: untagged or inline field; extend this test", path, f.Name)
 			}
 			fields = append(fields, name)
-			if !strings.Contains(opts, "omitempty") {
+			if !strings.Contains(opts, "omitempty") && !strings.Contains(opts, "omitzero") {
 				required = append(required, name)
 			}
 			prop, ok := s.Properties[name]
@@ -478,7 +478,22 @@ status:
 		{
 			name:    "project, source and destination are required",
 			object:  "apiVersion: deputy.dev/v1alpha1\nkind: Application\nmetadata: {name: a}\nspec: {}\n",
-			wantErr: []string{"spec.project: Required value", "spec.source: Required value", "spec.destination: Required value"},
+			wantErr: []string{"spec.project: Required value", "spec.destination: Required value", "set spec.source (one source) or spec.sources (several)"},
+		},
+		{
+			name:    "an empty sources list is no source",
+			object:  "apiVersion: deputy.dev/v1alpha1\nkind: Application\nmetadata: {name: a}\nspec: {project: p, sources: [], destination: {name: y}}\n",
+			wantErr: []string{"set spec.source (one source) or spec.sources (several)"},
+		},
+		{
+			name:    "spec.sources with a ref source is accepted",
+			object:  "apiVersion: deputy.dev/v1alpha1\nkind: Application\nmetadata: {name: a}\nspec: {project: p, sources: [{repoURL: r, path: web, helm: {valueFiles: [$values/v.yaml]}}, {repoURL: s, ref: values}], destination: {name: c}}\nstatus: {sync: {status: Synced, revisions: [a, b]}}\n",
+			wantErr: nil,
+		},
+		{
+			name:    "a source of spec.sources needs a repoURL",
+			object:  "apiVersion: deputy.dev/v1alpha1\nkind: Application\nmetadata: {name: a}\nspec: {project: p, sources: [{path: web}], destination: {name: y}}\n",
+			wantErr: []string{"spec.sources[0].repoURL: Required value"},
 		},
 		{
 			name:    "an empty project or repoURL is rejected",

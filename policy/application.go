@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"path"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -19,9 +18,10 @@ type Application struct {
 // ValidateApplication checks what a sync needs before it can start, with
 // messages that name the field and the fix: metadata.name (a DNS-1123
 // subdomain, as kube-apiserver requires of custom resources) and
-// metadata.namespace, spec.project, spec.source.repoURL, a relative
-// spec.source.path inside the repository, spec.source.helm's fields
-// (HelmSource.Validate), and spec.destination with server or
+// metadata.namespace, spec.project, spec.source or spec.sources
+// (ApplicationSpec.ValidateSources: repoURL, a relative path inside the
+// repository, helm's fields, refs and $REF value files), and
+// spec.destination with server or
 // name (Argo CD accepts exactly one of the two). operation and status are
 // written by deputy, never by the policy author. A nil Application has no
 // errors.
@@ -48,20 +48,7 @@ func ValidateApplication(a *v1alpha1.Application) field.ErrorList {
 	if strings.TrimSpace(a.Spec.Project) == "" {
 		errs = append(errs, field.Required(spec.Child("project"), "name the AppProject (deputy.dev, in the Application's namespace) that governs this Application"))
 	}
-	src := spec.Child("source")
-	if strings.TrimSpace(a.Spec.Source.RepoURL) == "" {
-		errs = append(errs, field.Required(src.Child("repoURL"), "set the Git repository to sync from (https://..., file://... or a local path)"))
-	}
-	if p := a.Spec.Source.Path; p != "" {
-		clean := path.Clean(strings.ReplaceAll(p, "\\", "/"))
-		switch {
-		case path.IsAbs(clean):
-			errs = append(errs, field.Invalid(src.Child("path"), p, "must be relative to the repository root (e.g. guestbook), not absolute"))
-		case clean == ".." || strings.HasPrefix(clean, "../"):
-			errs = append(errs, field.Invalid(src.Child("path"), p, "must stay inside the repository: remove the leading .."))
-		}
-	}
-	errs = append(errs, a.Spec.Source.Helm.Validate(src.Child("helm"))...)
+	errs = append(errs, a.Spec.ValidateSources()...)
 	dst := spec.Child("destination")
 	switch d := a.Spec.Destination; {
 	case d.Server == "" && d.Name == "":
@@ -75,7 +62,7 @@ func ValidateApplication(a *v1alpha1.Application) field.ErrorList {
 	if a.Operation != nil {
 		errs = append(errs, field.Forbidden(field.NewPath("operation"), "operation is written by deputy when a sync is requested; remove it (start a sync with `deputy sync NS/NAME`)"))
 	}
-	if a.Status.OperationState != nil || a.Status.Sync != (v1alpha1.SyncStatus{}) {
+	if a.Status.OperationState != nil || a.Status.Sync.Status != "" || a.Status.Sync.Revision != "" || len(a.Status.Sync.Revisions) > 0 {
 		errs = append(errs, field.Forbidden(field.NewPath("status"), "status is written by deputy; remove it from the policy file"))
 	}
 	return errs

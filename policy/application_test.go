@@ -140,6 +140,16 @@ spec:
 			wantErr: `a.yaml: document 1 (line 1), Application "ns/app": unknown field "spec.source.repoUrl" (fix or remove the field)`,
 		},
 		{
+			name:    "spec.source and spec.sources together are refused, naming the fix",
+			content: "apiVersion: deputy.dev/v1alpha1\nkind: Application\nmetadata: {name: app, namespace: ns}\nspec: {project: p, source: {repoURL: r}, sources: [{repoURL: r, path: a}], destination: {name: b}}\n",
+			wantErr: `a.yaml: document 1 (line 1), Application "ns/app": spec.source: Forbidden: spec.source and spec.sources are both set: move spec.source into spec.sources (or remove it); Argo CD would silently ignore spec.source, deputy refuses`,
+		},
+		{
+			name:    "a source of spec.sources is named by its index",
+			content: "apiVersion: deputy.dev/v1alpha1\nkind: Application\nmetadata: {name: app, namespace: ns}\nspec: {project: p, sources: [{repoURL: r, path: a}, {repoURL: v, ref: 'my values'}], destination: {name: b}}\n",
+			wantErr: `a.yaml: document 1 (line 1), Application "ns/app": spec.sources[1].ref: Invalid value: "my values": a ref may hold only letters, digits, '_' and '-' (Argo CD's rule): rename it, and the $REF/ value files that use it`,
+		},
+		{
 			name:    "status is deputy's",
 			content: "apiVersion: deputy.dev/v1alpha1\nkind: Application\nmetadata: {name: app, namespace: ns}\nspec: {project: p, source: {repoURL: r}, destination: {name: b}}\nstatus: {sync: {status: Synced}}\n",
 			wantErr: `a.yaml: document 1 (line 1), Application "ns/app": status: Forbidden: status is written by deputy; remove it from the policy file`,
@@ -202,5 +212,25 @@ func TestValidateApplicationChecksHelmFields(t *testing.T) {
 	want := []string{"spec.source.helm.valueFiles[1]", "spec.source.helm.parameters[0].name", "spec.source.helm.kubeVersion"}
 	if !slices.Equal(got, want) {
 		t.Errorf("fields = %v, want %v", got, want)
+	}
+}
+
+func TestDecodeMultiSourceApplication(t *testing.T) {
+	objs, err := loadDecode(t, "a.yaml", `apiVersion: deputy.dev/v1alpha1
+kind: Application
+metadata: {name: web, namespace: guestbook}
+spec:
+  project: guestbook
+  sources:
+  - {repoURL: https://git.example.com/charts.git, path: web, helm: {valueFiles: [$values/web/prod.yaml]}}
+  - {repoURL: https://git.example.com/values.git, targetRevision: main, ref: values}
+  destination: {server: https://kubernetes.default.svc, namespace: guestbook}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := objs.Applications[0].Object.Spec
+	if !spec.HasMultipleSources() || spec.Sources[1].Ref != "values" || spec.Sources[0].Helm.ValueFiles[0] != "$values/web/prod.yaml" || spec.Source.RepoURL != "" {
+		t.Errorf("spec = %+v", spec)
 	}
 }

@@ -23,15 +23,9 @@ import (
 // logged at start. Repository credentials in Secrets are read with deputy's
 // identity of cluster mode (config.Validate requires cluster mode for them).
 func newSyncRunner(s config.Sync, mode *runMode, log *slog.Logger) (syncer.Runner, syncer.RevisionResolver) {
-	creds := make([]source.RepoCredential, 0, len(s.Repositories))
 	needSecrets := false
 	for _, r := range s.Repositories {
-		c := source.RepoCredential{URL: r.URL, UsernameFile: r.UsernameFile, PasswordFile: r.PasswordFile}
-		if r.Secret != nil {
-			c.Secret = &source.SecretRef{Namespace: r.Secret.Namespace, Name: r.Secret.Name}
-			needSecrets = true
-		}
-		creds = append(creds, c)
+		needSecrets = needSecrets || r.Secret != nil
 	}
 	var secrets source.SecretGetter
 	if needSecrets {
@@ -51,16 +45,8 @@ func newSyncRunner(s config.Sync, mode *runMode, log *slog.Logger) (syncer.Runne
 	engine, err := syncer.NewEngine(syncer.EngineOptions{
 		Clusters:      syncClusters(s.Clusters, log),
 		Impersonation: syncer.ImpersonationSettings{Enabled: s.Impersonation.Enabled, Enforced: s.Impersonation.IsEnforced()},
-		Source: source.Options{
-			RepoCredentials:   creds,
-			Secrets:           secrets,
-			CacheDir:          s.CacheDir,
-			LocalRepositories: s.LocalRepositories,
-			Kustomize: source.KustomizeOptions{RemoteResources: s.Kustomize.RemoteResources,
-				RemoteTimeout: s.Kustomize.RemoteTimeout.Duration},
-			Limits: engineLimits(s.Limits),
-		},
-		Logger: logr.FromSlogHandler(log.Handler()),
+		Source:        SourceOptions(s, secrets),
+		Logger:        logr.FromSlogHandler(log.Handler()),
 	})
 	if err != nil {
 		log.Error("sync engine not available", "error", err.Error())
@@ -68,6 +54,31 @@ func newSyncRunner(s config.Sync, mode *runMode, log *slog.Logger) (syncer.Runne
 		return u, u
 	}
 	return engine, engine
+}
+
+// SourceOptions maps the configuration's sync section onto the options of
+// the engine's source cache (repository credentials, cache directory, local
+// repositories, kustomize, limits): deputy serve and deputy render read
+// sync.* the same way. secrets reads the Secrets that credentials name (nil
+// outside cluster mode; source.New then refuses such credentials).
+func SourceOptions(s config.Sync, secrets source.SecretGetter) source.Options {
+	creds := make([]source.RepoCredential, 0, len(s.Repositories))
+	for _, r := range s.Repositories {
+		c := source.RepoCredential{URL: r.URL, UsernameFile: r.UsernameFile, PasswordFile: r.PasswordFile}
+		if r.Secret != nil {
+			c.Secret = &source.SecretRef{Namespace: r.Secret.Namespace, Name: r.Secret.Name}
+		}
+		creds = append(creds, c)
+	}
+	return source.Options{
+		RepoCredentials:   creds,
+		Secrets:           secrets,
+		CacheDir:          s.CacheDir,
+		LocalRepositories: s.LocalRepositories,
+		Kustomize: source.KustomizeOptions{RemoteResources: s.Kustomize.RemoteResources,
+			RemoteTimeout: s.Kustomize.RemoteTimeout.Duration},
+		Limits: engineLimits(s.Limits),
+	}
 }
 
 // engineLimits maps config sync.limits onto the engine's source.Limits, field by
@@ -117,8 +128,8 @@ func (u unavailableRunner) Run(_ context.Context, req syncer.Request, _ syncer.P
 	}
 }
 
-// ResolveRevision implements syncer.RevisionResolver: it fails with the
+// ResolveRevisions implements syncer.RevisionResolver: it fails with the
 // reason the engine is not available.
-func (u unavailableRunner) ResolveRevision(context.Context, *v1alpha1.Application) (string, error) {
-	return "", errors.New("sync engine not available: " + u.reason)
+func (u unavailableRunner) ResolveRevisions(context.Context, *v1alpha1.Application, *v1alpha1.AppProject) ([]string, error) {
+	return nil, errors.New("sync engine not available: " + u.reason)
 }

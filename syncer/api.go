@@ -55,10 +55,13 @@ func (f RunnerFunc) Run(ctx context.Context, req Request, progress Progress) *v1
 	return f(ctx, req, progress)
 }
 
-// RevisionResolver resolves an Application's targetRevision to a commit SHA
-// (the Engine implements it: Engine.ResolveRevision). The Application
-// controller (package apps) compares it with status.sync.revision to decide
-// whether Git moved.
+// RevisionResolver resolves an Application's targetRevisions to commit
+// SHAs, one per source (spec.sources in order, or spec.source alone), after
+// checking every source against project as a sync does: a repository the
+// project does not permit is never fetched (the Engine implements it:
+// Engine.ResolveRevisions). The Application controller (package apps)
+// compares them with status.sync.revisions (or revision) to decide whether
+// Git moved.
 type RevisionResolver interface {
-	ResolveRevision(ctx context.Context, app *v1alpha1.Application) (string, error)
+	ResolveRevisions(ctx context.Context, app *v1alpha1.Application, project *v1alpha1.AppProject) ([]string, error)
 }

@@ -78,3 +78,17 @@ func withCapabilities(src v1alpha1.ApplicationSource, c capabilities) v1alpha1.A
 	src.Helm = h
 	return src
 }
+
+// appWithCapabilities returns a copy of app whose every source (spec.source,
+// or each of spec.sources) has withCapabilities' defaults.
+func appWithCapabilities(app *v1alpha1.Application, c capabilities) *v1alpha1.Application {
+	app = app.DeepCopy()
+	if app.Spec.HasMultipleSources() {
+		for i := range app.Spec.Sources {
+			app.Spec.Sources[i] = withCapabilities(app.Spec.Sources[i], c)
+		}
+	} else {
+		app.Spec.Source = withCapabilities(app.Spec.Source, c)
+	}
+	return app
+}

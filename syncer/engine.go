@@ -119,11 +119,31 @@ func NewEngine(opts EngineOptions) (*Engine, error) {
 	return &Engine{opts: opts, sources: sources}, nil
 }
 
-// ResolveRevision implements RevisionResolver: the commit SHA app's
-// spec.source.targetRevision points at now (source.Cache.ResolveRevision:
-// fetched as a sync fetches, within the same limits).
-func (e *Engine) ResolveRevision(ctx context.Context, app *v1alpha1.Application) (string, error) {
-	return e.sources.ResolveRevision(ctx, app.Spec.Source)
+// ResolveRevisions implements RevisionResolver: the commit SHAs the
+// targetRevisions of app's sources point at now, one per source
+// (source.Cache.ResolveRevision: fetched as a sync fetches, within the same
+// limits), once every source passed the checks a sync makes before any
+// fetch (checkSources: spec.sources' rules, supported, permitted by
+// project's sourceRepos).
+func (e *Engine) ResolveRevisions(ctx context.Context, app *v1alpha1.Application, project *v1alpha1.AppProject) ([]string, error) {
+	c, err := policy.CompileAppProject(project)
+	if err != nil {
+		return nil, fmt.Errorf("%w: fix the AppProject", err)
+	}
+	if err := checkSources(c, app); err != nil {
+		return nil, err
+	}
+	srcs := app.Spec.GetSources()
+	out := make([]string, len(srcs))
+	for i, src := range srcs {
+		if out[i], err = e.sources.ResolveRevision(ctx, src); err != nil {
+			if app.Spec.HasMultipleSources() {
+				return nil, fmt.Errorf("%s: %w", describeSource(&app.Spec, i), err)
+			}
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // Run implements Runner: it runs one sync operation to completion and

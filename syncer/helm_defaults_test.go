@@ -32,8 +32,7 @@ func TestHelmDefaults(t *testing.T) {
 			app := &v1alpha1.Application{ObjectMeta: metav1.ObjectMeta{Name: "guestbook", Namespace: "argocd"}}
 			app.Spec.Destination.Namespace = "web"
 			app.Spec.Source.Helm = tc.helm.DeepCopy()
-			op := &operation{app: app}
-			if diff := cmp.Diff(tc.want, *op.source().Helm); diff != "" {
+			if diff := cmp.Diff(tc.want, *withHelmDefaults(app, app.Spec.Source).Helm); diff != "" {
 				t.Errorf("helm (-want +got):\n%s", diff)
 			}
 			if diff := cmp.Diff(tc.helm, app.Spec.Source.Helm); diff != "" {

@@ -243,11 +243,11 @@ func (op *operation) deleteAll(ctx context.Context) {
 // is empty when that operation ended in Error). The objects returned carry
 // only what pruneScopes reads.
 func (op *operation) renderedKinds(ctx context.Context, cl *clients, compiled *policy.CompiledProject) []*planObject {
-	src := op.source()
-	if source.CheckSupported(src) != nil || checkSource(compiled, src) != nil {
+	if checkSources(compiled, op.app) != nil {
 		return nil
 	}
-	r, err := op.e.sources.Render(ctx, withCapabilities(src, cl.capabilities), "", source.WithProject(op.project.Name, op.project.Spec.SourceRepos))
+	r, err := RenderApplication(ctx, op.e.sources, appWithCapabilities(op.app, cl.capabilities), v1alpha1.SyncOperation{},
+		source.WithProject(op.project.Name, op.project.Spec.SourceRepos))
 	if err != nil {
 		op.log.Info("deleting: the source does not render; looking only where the last operation recorded objects", "error", err.Error())
 		return nil

@@ -1,10 +1,10 @@
 package syncer
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -67,19 +67,14 @@ func (op *operation) sync(ctx context.Context) {
 	op.mu.Lock()
 	op.emit(nil)
 	op.mu.Unlock()
-	src := op.source()
-
-	// Project checks that need no cluster come before fetching anything.
-	if err := source.CheckSupported(src); err != nil {
-		op.fail(err)
-		return
-	}
+	// Project checks that need no cluster come before fetching anything,
+	// on every source.
 	compiled, err := op.compileProject()
 	if err != nil {
 		op.fail(err)
 		return
 	}
-	if err := checkSource(compiled, src); err != nil {
+	if err := checkSources(compiled, op.app); err != nil {
 		op.fail(err)
 		return
 	}
@@ -99,9 +94,10 @@ func (op *operation) sync(ctx context.Context) {
 		op.fail(err)
 		return
 	}
-	r, err := op.e.sources.Render(ctx, withCapabilities(src, cl.capabilities), op.req.Sync.Revision, source.WithProject(op.project.Name, op.project.Spec.SourceRepos))
+	r, err := RenderApplication(ctx, op.e.sources, appWithCapabilities(op.app, cl.capabilities), op.req.Sync,
+		source.WithProject(op.project.Name, op.project.Spec.SourceRepos))
 	if r != nil {
-		op.setRevision(r.Revision)
+		op.setRevisions(r.Revisions)
 	}
 	if err != nil {
 		op.fail(fmt.Errorf("failed to render the manifests: %w", err))
@@ -120,21 +116,6 @@ func (op *operation) sync(ctx context.Context) {
 	}
 	op.apply(ctx, cl, p, pf)
 	op.prune(ctx, cl, p, pf)
-}
-
-// source is the Application's source with Argo CD's Helm defaults filled
-// in: the release is named after the Application and installed in the
-// destination's namespace (used only when the path holds a chart).
-func (op *operation) source() v1alpha1.ApplicationSource {
-	src := op.app.Spec.Source
-	h := src.Helm.DeepCopy()
-	if h == nil {
-		h = &v1alpha1.HelmSource{}
-	}
-	h.ReleaseName = cmp.Or(h.ReleaseName, op.app.Name)
-	h.Namespace = cmp.Or(h.Namespace, op.app.Spec.Destination.Namespace)
-	src.Helm = h
-	return src
 }
 
 func (op *operation) validate() error {
@@ -206,27 +187,30 @@ func (op *operation) emit(res *v1alpha1.ResourceResult) {
 // headerLocked copies the state without results.
 func (op *operation) headerLocked() *v1alpha1.OperationState {
 	st := *op.state
-	if st.Operation.Sync != nil {
-		s := *st.Operation.Sync
-		st.Operation.Sync = &s
-	}
+	st.Operation.Sync = st.Operation.Sync.DeepCopy()
 	if st.FinishedAt != nil {
 		f := *st.FinishedAt
 		st.FinishedAt = &f
 	}
 	if st.SyncResult != nil {
-		st.SyncResult = &v1alpha1.SyncOperationResult{Revision: st.SyncResult.Revision}
+		st.SyncResult = &v1alpha1.SyncOperationResult{Revision: st.SyncResult.Revision, Revisions: slices.Clone(st.SyncResult.Revisions)}
 	}
 	return &st
 }
 
-func (op *operation) setRevision(rev string) {
+// setRevisions records the rendered revisions: revision for spec.source,
+// revisions (one per source) for spec.sources, as Argo CD records them.
+func (op *operation) setRevisions(revs []string) {
 	op.mu.Lock()
 	defer op.mu.Unlock()
 	if op.state.SyncResult == nil {
 		op.state.SyncResult = &v1alpha1.SyncOperationResult{}
 	}
-	op.state.SyncResult.Revision = rev
+	if op.app.Spec.HasMultipleSources() {
+		op.state.SyncResult.Revisions = slices.Clone(revs)
+	} else if len(revs) > 0 {
+		op.state.SyncResult.Revision = revs[0]
+	}
 }
 
 func (op *operation) setIdentity(who string) {
@@ -319,7 +303,7 @@ func (op *operation) finish() *v1alpha1.OperationState {
 	op.done = true
 	kv := []any{"phase", op.state.Phase, "identity", op.state.Identity, "resources", len(results), "duration", now.Sub(op.state.StartedAt.Time)}
 	if op.state.SyncResult != nil {
-		kv = append(kv, "revision", op.state.SyncResult.Revision)
+		kv = append(kv, "revision", strings.Join(op.state.SyncResult.RevisionList(), ","))
 	}
 	if op.state.Phase == v1alpha1.OperationSucceeded {
 		op.log.Info("operation finished", kv...)

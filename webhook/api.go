@@ -213,6 +213,10 @@ func (h *APIHandler) sync(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if msg := revisionsMismatch(app, op); msg != "" {
+		writeStatus(w, fromAPIError(apierrors.NewInvalid(schema.GroupKind{Group: v1alpha1.Group, Kind: v1alpha1.KindApplication}, name, nil)).withMessage(msg))
+		return
+	}
 	project, err := h.opts.Applications.AppProject(app)
 	if errors.Is(err, policy.ErrProjectNotUsable) {
 		writeStatus(w, fromAPIError(apierrors.NewInvalid(schema.GroupKind{Group: v1alpha1.Group, Kind: v1alpha1.KindApplication}, name, nil)).
@@ -276,15 +280,33 @@ func readSyncOperation(w http.ResponseWriter, r *http.Request) (v1alpha1.SyncOpe
 		for i, e := range strictErrs {
 			msgs[i] = e.Error()
 		}
-		return op, badRequest("invalid sync request: %s (the fields are revision, prune and dryRun)", strings.Join(msgs, "; "))
+		return op, badRequest("invalid sync request: %s (the fields are revision, revisions, prune and dryRun)", strings.Join(msgs, "; "))
 	}
-	if len(op.Revision) > maxRevisionLength {
-		return op, badRequest("revision is longer than %d characters", maxRevisionLength)
-	}
-	if strings.IndexFunc(op.Revision, func(c rune) bool { return unicode.IsSpace(c) || !unicode.IsPrint(c) }) >= 0 {
-		return op, badRequest("revision %q contains blanks or control characters: give a branch, tag or commit SHA", op.Revision)
+	for _, rev := range append([]string{op.Revision}, op.Revisions...) {
+		if len(rev) > maxRevisionLength {
+			return op, badRequest("revision is longer than %d characters", maxRevisionLength)
+		}
+		if strings.IndexFunc(rev, func(c rune) bool { return unicode.IsSpace(c) || !unicode.IsPrint(c) }) >= 0 {
+			return op, badRequest("revision %q contains blanks or control characters: give a branch, tag or commit SHA", rev)
+		}
 	}
 	return op, nil
+}
+
+// revisionsMismatch says why op's revisions do not fit app's sources, ""
+// when they do: revision is for spec.source, revisions (one per source) for
+// spec.sources.
+func revisionsMismatch(app *v1alpha1.Application, op v1alpha1.SyncOperation) string {
+	n := len(app.Spec.Sources)
+	switch {
+	case !app.Spec.HasMultipleSources() && len(op.Revisions) > 0:
+		return "revisions is for an Application with spec.sources; this one has spec.source: send revision"
+	case app.Spec.HasMultipleSources() && op.Revision != "":
+		return fmt.Sprintf("revision names one revision, but the Application has %d sources (spec.sources): send revisions, one per source in order (\"\" keeps a source's targetRevision), or no revision", n)
+	case app.Spec.HasMultipleSources() && len(op.Revisions) > 0 && len(op.Revisions) != n:
+		return fmt.Sprintf("revisions has %d revisions, but the Application has %d sources (spec.sources): send one per source in order", len(op.Revisions), n)
+	}
+	return ""
 }
 
 // get answers GET .../applications/{name}, or streams with ?watch=true.

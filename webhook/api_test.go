@@ -478,6 +478,8 @@ func TestAPISyncBodyValidation(t *testing.T) {
 		{"no content type is read as JSON (kubectl create --raw sends none)", "", `{"prune":true,"bogus":1}`, 400, `unknown field "bogus"`},
 		{"a form body is the wrong content type", "application/x-www-form-urlencoded", `{"prune":true}`, 415, `unsupported content type "application/x-www-form-urlencoded"`},
 		{"a revision with blanks is rejected", jsonCType, `{"revision":"main --upload-pack=x"}`, 400, "contains blanks or control characters"},
+		{"attack: a revision with blanks among revisions is rejected", jsonCType, `{"revisions":["main","main --upload-pack=x"]}`, 400, "contains blanks or control characters"},
+		{"revisions for an Application with spec.source are refused, naming the fix", jsonCType, `{"revisions":["main"]}`, 422, "revisions is for an Application with spec.sources; this one has spec.source: send revision"},
 		{"an oversized body is refused", jsonCType, `{"revision":"` + strings.Repeat("a", maxSyncRequestBytes) + `"}`, 413, "request body is larger than the limit of 65536 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -694,5 +696,28 @@ func TestAPIWatchOutlivesTheServerWriteTimeout(t *testing.T) {
 	}
 	if final.Phase != v1alpha1.OperationSucceeded || resources != 2 {
 		t.Errorf("final %s with %d resources, want Succeeded with 2", final.Phase, resources)
+	}
+}
+
+func TestRevisionsMismatch(t *testing.T) {
+	multi := &v1alpha1.Application{Spec: v1alpha1.ApplicationSpec{Sources: []v1alpha1.ApplicationSource{{RepoURL: "a", Path: "."}, {RepoURL: "b", Ref: "values"}}}}
+	single := &v1alpha1.Application{Spec: v1alpha1.ApplicationSpec{Source: v1alpha1.ApplicationSource{RepoURL: "a"}}}
+	for _, tc := range []struct {
+		name string
+		app  *v1alpha1.Application
+		op   v1alpha1.SyncOperation
+		want string
+	}{
+		{"no revision fits any Application", multi, v1alpha1.SyncOperation{}, ""},
+		{"one revision per source fits spec.sources", multi, v1alpha1.SyncOperation{Revisions: []string{"", "v2"}}, ""},
+		{"revision fits spec.source", single, v1alpha1.SyncOperation{Revision: "v2"}, ""},
+		{"revision on spec.sources names the fix", multi, v1alpha1.SyncOperation{Revision: "v2"}, "revision names one revision, but the Application has 2 sources (spec.sources): send revisions"},
+		{"revisions not one per source", multi, v1alpha1.SyncOperation{Revisions: []string{"v2"}}, "revisions has 1 revisions, but the Application has 2 sources"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := revisionsMismatch(tc.app, tc.op); !strings.Contains(got, tc.want) || (tc.want == "") != (got == "") {
+				t.Errorf("revisionsMismatch = %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

@@ -47,6 +47,7 @@ func newRootCommand(serve serveFunc) *cobra.Command {
 		newCanICommand(),
 		newValidateCommand(),
 		newSyncCommand(),
+		newRenderCommand(),
 		newTokenCommand(),
 		newVersionCommand(),
 	)

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -196,7 +197,7 @@ func TestSyncWaitPrintsEveryResourceAndTheIdentity(t *testing.T) {
 	}
 	s.runner.mu.Lock()
 	defer s.runner.mu.Unlock()
-	if len(s.runner.reqs) != 1 || s.runner.reqs[0].InitiatedBy.Username != "alice" || s.runner.reqs[0].Sync != (v1alpha1.SyncOperation{}) {
+	if len(s.runner.reqs) != 1 || s.runner.reqs[0].InitiatedBy.Username != "alice" || !reflect.DeepEqual(s.runner.reqs[0].Sync, v1alpha1.SyncOperation{}) {
 		t.Errorf("requests %+v", s.runner.reqs)
 	}
 }

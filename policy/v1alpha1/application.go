@@ -31,8 +31,15 @@ type ApplicationSpec struct {
 	// Project names the AppProject (in the deputy.dev group, in the
 	// Application's namespace) that governs this Application.
 	Project string `json:"project"`
-	// Source is where the manifests come from.
-	Source ApplicationSource `json:"source"`
+	// Source is where the manifests come from, for an Application with one
+	// source. Leave it empty when Sources is set: deputy refuses both (Argo
+	// CD silently ignores Source then).
+	Source ApplicationSource `json:"source,omitzero"`
+	// Sources are several sources (Argo CD's spec.sources): each is rendered
+	// as Source would be and the objects are concatenated in this order; a
+	// source with Ref is also a repository that Helm sources read value
+	// files from ($REF/path). Non-empty, it is used instead of Source.
+	Sources []ApplicationSource `json:"sources,omitempty"`
 	// Destination is the cluster (server URL or registered name) and namespace.
 	Destination ApplicationDestination `json:"destination"`
 	// SyncPolicy controls automated sync and sync options.
@@ -58,6 +65,13 @@ type ApplicationSource struct {
 	// Helm configures the Helm render of a chart in Git (the path holds
 	// Chart.yaml), with Argo CD's fields and semantics.
 	Helm *HelmSource `json:"helm,omitempty"`
+	// Ref names this source, in spec.sources only, so that a Helm source's
+	// value files can read from its repository: "$REF/path" is path from
+	// the root of this source's repository at this source's revision.
+	// Letters, digits, '_' and '-' (Argo CD's rule), unique among the
+	// sources; not with Chart. A source with Ref and no Path renders
+	// nothing itself (it contributes only files).
+	Ref string `json:"ref,omitempty"`
 }
 
 // HelmSource is Argo CD's spec.source.helm: how a chart is rendered (as
@@ -153,8 +167,13 @@ type Operation struct {
 
 // SyncOperation parameterises one sync.
 type SyncOperation struct {
-	// Revision overrides the source's targetRevision for this sync.
+	// Revision overrides the source's targetRevision for this sync (an
+	// Application with spec.source only).
 	Revision string `json:"revision,omitempty"`
+	// Revisions override the targetRevisions of spec.sources, one per
+	// source in order ("" keeps that source's targetRevision); Argo CD's
+	// field. Empty keeps every targetRevision.
+	Revisions []string `json:"revisions,omitempty"`
 	// Prune deletes tracked objects that are no longer rendered.
 	Prune bool `json:"prune,omitempty"`
 	// DryRun sends every write with dryRun=All.
@@ -184,8 +203,12 @@ const (
 
 // SyncStatus is whether the live state matches Git and at which revision.
 type SyncStatus struct {
-	Status   string `json:"status,omitempty"`
+	Status string `json:"status,omitempty"`
+	// Revision is the synced commit of spec.source.
 	Revision string `json:"revision,omitempty"`
+	// Revisions are the synced commits of spec.sources, one per source in
+	// order (Argo CD's field); Revision is empty then.
+	Revisions []string `json:"revisions,omitempty"`
 }
 
 // Operation phases.
@@ -228,7 +251,12 @@ type OperationState struct {
 
 // SyncOperationResult is the per-resource outcome of a sync.
 type SyncOperationResult struct {
-	Revision  string            `json:"revision"`
+	// Revision is the commit spec.source was rendered at ("" with
+	// spec.sources).
+	Revision string `json:"revision"`
+	// Revisions are the commits of spec.sources, one per source in order
+	// (Argo CD's field).
+	Revisions []string          `json:"revisions,omitempty"`
 	Resources []*ResourceResult `json:"resources,omitempty"`
 }
 

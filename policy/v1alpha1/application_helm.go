@@ -13,8 +13,11 @@ import (
 // path): every error, each naming its field and the fix. Paths must stay
 // in the repository and URLs are refused (values come from the repository
 // at the synced commit only); parameters need names; kubeVersion must
-// parse. A nil HelmSource has no errors. Where a path leads is checked when
-// the chart renders.
+// parse. A "$REF/path" value file or file parameter is checked for its form
+// only (a valid ref name, a path that stays in that repository); whether
+// REF names one of spec.sources is ApplicationSpec.ValidateSources' check.
+// A nil HelmSource has no errors. Where a path leads is checked when the
+// chart renders.
 func (h *HelmSource) Validate(fldPath *field.Path) field.ErrorList {
 	if h == nil {
 		return nil
@@ -77,8 +80,8 @@ func (h *HelmSource) ValuesMap() (map[string]any, error) {
 	return m, nil
 }
 
-// checkHelmPath returns why p cannot name a file of the repository, ""
-// when it can.
+// checkHelmPath returns why p cannot name a file of the repository (or,
+// as $REF/path, of a referenced source's), "" when it can.
 func checkHelmPath(p string) string {
 	switch {
 	case strings.TrimSpace(p) == "":
@@ -86,7 +89,7 @@ func checkHelmPath(p string) string {
 	case strings.Contains(p, "://"):
 		return "URLs are not supported: commit the file to the repository and give its path"
 	case strings.HasPrefix(p, "$"):
-		return "references to other sources ($ref/...) need spec.sources, which deputy does not support yet: give a path in this repository"
+		return checkRefPath(p)
 	case strings.Contains(p, "$"):
 		return noEnvsubst
 	}

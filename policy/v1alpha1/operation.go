@@ -1,5 +1,7 @@
 package v1alpha1
 
+import "slices"
+
 // The wire format of deputy's own API (served by package webhook, called by
 // package apiclient), and what a final operation state says about an
 // Application.
@@ -42,7 +44,7 @@ type OperationEvent struct {
 // successful sync it is Synced at the synced revision, unless objects the
 // Application tracks but no longer renders still exist (results with status
 // PruneSkipped: prune was off, or skipped them): then OutOfSync at that
-// revision, as Argo CD reports an Application whose resources require
+// revision(s), as Argo CD reports an Application whose resources require
 // pruning.
 func SyncStatusAfter(state *OperationState) (SyncStatus, bool) {
 	if state == nil || state.Phase != OperationSucceeded || state.Operation.Sync == nil || state.Operation.Sync.DryRun || state.SyncResult == nil {
@@ -52,7 +54,7 @@ func SyncStatusAfter(state *OperationState) (SyncStatus, bool) {
 	if len(PruneSkipped(state)) > 0 {
 		status = SyncStatusCodeOutOfSync
 	}
-	return SyncStatus{Status: status, Revision: state.SyncResult.Revision}, true
+	return SyncStatus{Status: status, Revision: state.SyncResult.Revision, Revisions: slices.Clone(state.SyncResult.Revisions)}, true
 }
 
 // PruneSkipped returns the results of state whose objects were left in

@@ -76,6 +76,12 @@ func (in *ApplicationList) DeepCopyObject() runtime.Object {
 func (in *ApplicationSpec) DeepCopyInto(out *ApplicationSpec) {
 	*out = *in
 	in.Source.DeepCopyInto(&out.Source)
+	if in.Sources != nil {
+		out.Sources = make([]ApplicationSource, len(in.Sources))
+		for i := range in.Sources {
+			in.Sources[i].DeepCopyInto(&out.Sources[i])
+		}
+	}
 	out.SyncPolicy = in.SyncPolicy.DeepCopy()
 }
 
@@ -180,9 +186,10 @@ func (in *Operation) DeepCopy() *Operation {
 // DeepCopyInto copies the receiver into out; in must be non-nil.
 func (in *SyncOperation) DeepCopyInto(out *SyncOperation) {
 	*out = *in
+	out.Revisions = appProjectCopyStrings(in.Revisions)
 }
 
-// DeepCopy returns a copy of the SyncOperation, or nil for a nil receiver.
+// DeepCopy returns a deep copy of the SyncOperation, or nil for a nil receiver.
 func (in *SyncOperation) DeepCopy() *SyncOperation {
 	if in == nil {
 		return nil
@@ -210,6 +217,7 @@ func (in *InitiatedBy) DeepCopy() *InitiatedBy {
 // DeepCopyInto copies the receiver into out; in must be non-nil.
 func (in *ApplicationStatus) DeepCopyInto(out *ApplicationStatus) {
 	*out = *in
+	in.Sync.DeepCopyInto(&out.Sync)
 	out.OperationState = in.OperationState.DeepCopy()
 }
 
@@ -226,9 +234,10 @@ func (in *ApplicationStatus) DeepCopy() *ApplicationStatus {
 // DeepCopyInto copies the receiver into out; in must be non-nil.
 func (in *SyncStatus) DeepCopyInto(out *SyncStatus) {
 	*out = *in
+	out.Revisions = appProjectCopyStrings(in.Revisions)
 }
 
-// DeepCopy returns a copy of the SyncStatus, or nil for a nil receiver.
+// DeepCopy returns a deep copy of the SyncStatus, or nil for a nil receiver.
 func (in *SyncStatus) DeepCopy() *SyncStatus {
 	if in == nil {
 		return nil
@@ -262,6 +271,7 @@ func (in *OperationState) DeepCopy() *OperationState {
 // DeepCopyInto copies the receiver into out; in must be non-nil.
 func (in *SyncOperationResult) DeepCopyInto(out *SyncOperationResult) {
 	*out = *in
+	out.Revisions = appProjectCopyStrings(in.Revisions)
 	if in.Resources != nil {
 		out.Resources = make([]*ResourceResult, len(in.Resources))
 		for i, r := range in.Resources {

@@ -20,14 +20,6 @@ import (
 // credential of the repository's exact URL, and hands both to a render
 // worker, which fetches, verifies, caches and renders (package chartrepo).
 
-// RenderOption configures one Render.
-type RenderOption func(*renderOptions)
-
-type renderOptions struct {
-	project     string
-	sourceRepos []string
-}
-
 // WithProject gives Render the Application's project name and
 // spec.sourceRepos: a chart's remote dependencies (Chart.yaml repositories
 // https:// or oci:// that charts/ lacks) are fetched only from
@@ -109,10 +101,20 @@ func (c *Cache) renderChart(ctx context.Context, src v1alpha1.ApplicationSource,
 	if err != nil {
 		return nil, err
 	}
+	// A chart from a repository reads $REF/path values files from the
+	// ref sources' Git repositories (spec.sources), as a chart in Git does.
+	release, err := c.openRefs(ctx, nil, "", o.refs, &req)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	if req.Limits, err = o.remaining(req.Limits); err != nil {
+		return nil, err
+	}
 	objs, stats, err := c.worker.run(ctx, req)
 	out := &Rendered{Objects: objs, worker: stats}
 	if stats != nil {
-		out.Revision = stats.Revision
+		out.Revision, out.Bytes = stats.Revision, stats.Bytes
 	}
 	return out, err
 }
@@ -157,9 +159,13 @@ func workerRenderChart(ctx context.Context, req workerRequest, budget *renderBud
 	if err != nil {
 		return "", err
 	}
+	refs, err := openWorkerRefs(req.Refs, budget)
+	if err != nil {
+		return ch.Version, err
+	}
 	s := req.Chart.Source
 	objs, err := helm.Render(ctx, helm.Options{Archive: ch.Files, Label: fmt.Sprintf("chart %s %s from %s", s.Chart, ch.Version, s.RepoURL), Source: req.Helm,
-		CountObjects: budget.objects, Dependency: dependencies(ctx, f)})
+		CountObjects: budget.objects, Dependency: dependencies(ctx, f), Refs: refs})
 	if err != nil {
 		return ch.Version, err
 	}

@@ -272,3 +272,39 @@ func TestRenderRepositoryChartDependencies(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// A chart from a Helm repository reads $values/... from a Git repository
+// (Argo CD's multi-source use: a public chart, the team's values in Git),
+// at the ref's commit and within the same limits; $values/.. is refused.
+func TestRenderRepositoryChartWithRefValues(t *testing.T) {
+	s := newChartServer(t)
+	s.add(webChart("1.0.0"))
+	values := newTestRepo(t)
+	values.write("web/prod.yaml", "replicas: 7\nmessage: from-git\n")
+	values.write("web/big.yaml", "message: "+strings.Repeat("x", 4096)+"\n")
+	commit := values.commit("values")
+	c := s.chartCache("s3cret")
+	c.local = []string{testTempRoot(t)}
+	ref := WithRefs(Ref{Name: "values", RepoURL: values.dir, Revision: commit.String()})
+	src := v1alpha1.ApplicationSource{RepoURL: s.srv.URL, Chart: "web", TargetRevision: "1.0.0",
+		Helm: &v1alpha1.HelmSource{ReleaseName: "shop", Namespace: "prod", ValueFiles: []string{"$values/web/prod.yaml"}}}
+	got, err := c.Render(t.Context(), src, "", ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, _, _ := unstructured.NestedInt64(got.Objects[1].Object, "spec", "replicas"); r != 7 || got.Revision != "1.0.0" {
+		t.Errorf("replicas = %d (want 7 from the values repository), revision %q", r, got.Revision)
+	}
+	if m, _, _ := unstructured.NestedString(got.Objects[0].Object, "data", "message"); m != "from-git" {
+		t.Errorf("message = %q, want from-git", m)
+	}
+	src.Helm.ValueFiles = []string{"$values/../../etc/passwd"}
+	if _, err := c.Render(t.Context(), src, "", ref); err == nil || !strings.Contains(err.Error(), "must stay inside that source's repository") {
+		t.Errorf("$values/.. = %v, want it refused", err)
+	}
+	c.limits = Limits{MaxFileBytes: 1024}
+	src.Helm.ValueFiles = []string{"$values/web/big.yaml"}
+	if _, err := c.Render(t.Context(), src, "", ref); err == nil || !strings.Contains(err.Error(), FieldMaxFileBytes) || !strings.Contains(err.Error(), "big.yaml") {
+		t.Errorf("a ref's file over maxFileBytes = %v, want a limit error", err)
+	}
+}

@@ -5,7 +5,12 @@
 // the configured directories, resolves the revision to a commit, and
 // renders the path at that commit (plain YAML/JSON manifests, kustomize, or
 // a Helm chart through package helm)
-// in a render worker, reading lazily from the Git objects within Limits.
+// in a render worker, reading lazily from the Git objects within Limits; a
+// Helm source of spec.sources also reads, in the same worker and budget, the
+// repositories of the ref sources its $REF/path value files name (Ref,
+// sources.go). One source per render: the sync engine (package syncer)
+// combines the sources of an Application. Local repositories are opened by
+// its sub-package localrepo.
 // Its entry points are New (Options) → Cache, Cache.Render (→ Rendered),
 // Cache.ResolveRevision, CheckSupported, WithProject, and the render worker hook
 // (IsRenderWorker, RenderWorkerMain). The name is the Application field's,

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"deputy.dev/deputy/syncer/source/limit"
+
 	"deputy.dev/deputy/syncer/source/localrepo"
 )
 

@@ -42,6 +42,9 @@ type Rendered struct {
 	// manifests: files in lexical order of their paths, documents in file
 	// order; kustomize: its output's order).
 	Objects []*unstructured.Unstructured
+	// Bytes is the objects' estimated size in memory (what counts against
+	// Limits.MaxRenderBytes).
+	Bytes int64
 	// worker is what the render worker reported about itself.
 	worker *workerStats
 }
@@ -64,6 +67,10 @@ type Rendered struct {
 // does not exist there, a limit exceeded (a *LimitError naming its
 // configuration field), or the render's own error. When the revision was
 // resolved, the returned Rendered carries it even with an error.
+//
+// WithRefs gives the ref sources (spec.sources) whose repositories the
+// Helm source's $REF/path files read, each at its Revision; the worker reads
+// them through the same budget (sources.go).
 func (c *Cache) Render(ctx context.Context, src v1alpha1.ApplicationSource, revision string, opts ...RenderOption) (*Rendered, error) {
 	if err := CheckSupported(src); err != nil {
 		return nil, err
@@ -72,6 +79,7 @@ func (c *Cache) Render(ctx context.Context, src v1alpha1.ApplicationSource, revi
 	for _, opt := range opts {
 		opt(&o)
 	}
+	defer c.lockRefs(src.RepoURL, o.refs)()
 	if src.Chart != "" {
 		return c.renderChart(ctx, src, revision, o)
 	}
@@ -98,7 +106,18 @@ func (c *Cache) Render(ctx context.Context, src v1alpha1.ApplicationSource, revi
 	if d, ok := ctx.Deadline(); ok {
 		req.Deadline = d
 	}
+	release, err := c.openRefs(ctx, opened, src.RepoURL, o.refs, &req)
+	if err != nil {
+		return out, err
+	}
+	defer release()
+	if req.Limits, err = o.remaining(req.Limits); err != nil {
+		return out, err
+	}
 	out.Objects, out.worker, err = c.worker.run(ctx, req)
+	if out.worker != nil {
+		out.Bytes = out.worker.Bytes
+	}
 	return out, err
 }
 
@@ -110,8 +129,9 @@ func (c *Cache) Render(ctx context.Context, src v1alpha1.ApplicationSource, revi
 // of each. Everything is read lazily from the Git objects through gitFS,
 // within budget. started is called with workerKustomize or workerManifests
 // once the kind of render is known; each object is passed to emit as JSON.
-// A chart's remote dependencies come through deps.
-func renderCommit(repo *git.Repository, commit *object.Commit, repoURL, sourcePath, dir string, hs *v1alpha1.HelmSource, budget *renderBudget, kopts KustomizeOptions, deps helm.DependencyFunc, started func(kind string), emit func([]byte) error) error {
+// A chart's remote dependencies come through deps; refs are the ref
+// sources' repositories ($REF/path value files).
+func renderCommit(repo *git.Repository, commit *object.Commit, repoURL, sourcePath, dir string, hs *v1alpha1.HelmSource, refs map[string]helm.Files, budget *renderBudget, kopts KustomizeOptions, deps helm.DependencyFunc, started func(kind string), emit func([]byte) error) error {
 	rev := commit.Hash.String()
 	if err := checkObjectSize(repo, commit.TreeHash, plumbing.TreeObject, "the root tree", budget); err != nil {
 		return err
@@ -138,7 +158,7 @@ func renderCommit(repo *git.Repository, commit *object.Commit, repoURL, sourcePa
 		var objs []*unstructured.Unstructured
 		if _, ferr := sub.tree.FindEntry("Chart.yaml"); ferr == nil {
 			started(workerHelm)
-			objs, err = helm.Render(budget.ctx, helm.Options{Files: gfs, ChartDir: sub.rel, Source: hs, CountObjects: budget.objects, Dependency: deps})
+			objs, err = helm.Render(budget.ctx, helm.Options{Files: gfs, Refs: refs, ChartDir: sub.rel, Source: hs, CountObjects: budget.objects, Dependency: deps})
 		} else if helm.Configured(hs) {
 			return fmt.Errorf("spec.source.helm is set but path %q holds no Chart.yaml: set spec.source.path to the chart's directory or remove spec.source.helm", sourcePath)
 		} else {

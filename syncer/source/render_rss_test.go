@@ -225,7 +225,7 @@ func renderInProcess(ctx context.Context, cacheDir, url, dir string) ([]*unstruc
 		return nil, err
 	}
 	var objs []*unstructured.Unstructured
-	err = renderCommit(repo, commit, url, dir, dir, nil, newRenderBudget(ctx, DefaultLimits()), KustomizeOptions{}, nil, func(string) {}, func(data []byte) error {
+	err = renderCommit(repo, commit, url, dir, dir, nil, nil, newRenderBudget(ctx, DefaultLimits()), KustomizeOptions{}, nil, func(string) {}, func(data []byte) error {
 		u := &unstructured.Unstructured{}
 		if err := u.UnmarshalJSON(data); err != nil {
 			return err

@@ -140,7 +140,9 @@ type workerRequest struct {
 	SourcePath string `json:"sourcePath"`
 	Dir        string `json:"dir"`
 	// Helm is spec.source.helm, defaults filled by the sync engine.
-	Helm      *v1alpha1.HelmSource `json:"helm,omitempty"`
+	Helm *v1alpha1.HelmSource `json:"helm,omitempty"`
+	// Refs are the ref sources the Helm source's $REF/path files read.
+	Refs      map[string]workerRef `json:"refs,omitempty"`
 	Limits    Limits               `json:"limits"`
 	Kustomize KustomizeOptions     `json:"kustomize"`
 	// Deadline is the operation's (the worker's reads fail after it).
@@ -212,6 +214,8 @@ type workerStats struct {
 	PeakRSS uint64 `json:"peakRSS,omitempty"`
 	// Revision is a chart source's resolved version.
 	Revision string `json:"revision,omitempty"`
+	// Bytes is what deputy counted of the objects it read (decodedSize).
+	Bytes int64 `json:"-"`
 }
 
 // workerCommand starts render workers. The zero value starts deputy's own
@@ -448,6 +452,7 @@ func readWorkerOutput(r io.Reader, l Limits, hello func()) workerOutput {
 			return out
 		case f.End != nil:
 			out.end = f.End
+			out.end.Bytes = size
 			return out
 		}
 	}

@@ -131,7 +131,11 @@ func workerRender(ctx context.Context, req workerRequest, limits Limits, started
 	if err != nil {
 		return "", fmt.Errorf("failed to read commit %s of %s: %w", req.Commit, req.Repo.URL, err)
 	}
-	return "", renderCommit(repo, commit, req.Repo.URL, req.SourcePath, req.Dir, req.Helm, budget, req.Kustomize, dependencies(ctx, chartFetcher(req, limits)), started, emit)
+	refs, err := openWorkerRefs(req.Refs, budget)
+	if err != nil {
+		return "", err
+	}
+	return "", renderCommit(repo, commit, req.Repo.URL, req.SourcePath, req.Dir, req.Helm, refs, budget, req.Kustomize, dependencies(ctx, chartFetcher(req, limits)), started, emit)
 }
 
 // workerPeak is the most Go memory the watchdog saw in use.

@@ -62,6 +62,8 @@ type Cache struct {
 
 	mu    sync.Mutex
 	locks map[string]*sync.Mutex
+	// refsMu serialises renders that lock several mirrors (lockRefs).
+	refsMu sync.Mutex
 }
 
 // New checks opts, fills their defaults (DefaultLimits,

@@ -4,7 +4,8 @@
 // files and file:// dependencies are read through Files (the worker's view
 // of one commit, within its limits), or a chart archive's files
 // (Options.Archive, fetched by package chartrepo); remote dependencies come
-// through Options.Dependency; the values are merged as Argo CD
+// through Options.Dependency, $REF/path values files through Options.Refs
+// (the views of spec.sources' ref sources); the values are merged as Argo CD
 // merges spec.source.helm (Validate, values.go), and the objects come back
 // in `helm template`'s order, hooks included as ordinary objects with
 // their annotations. Its entry points are Render and Validate.

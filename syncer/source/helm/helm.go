@@ -65,6 +65,11 @@ type Options struct {
 	// charts/ lacks and whose repository is not file:// (nil: such a
 	// dependency is reported missing).
 	Dependency DependencyFunc
+	// Refs are the repositories of spec.sources' ref sources, by ref name,
+	// each at its source's revision: a "$REF/path" value file or file
+	// parameter reads path from the root of Refs[REF] (confined to it as
+	// Files confines). nil: every $REF is unknown.
+	Refs map[string]Files
 	// CountObjects is called with the number of objects decoded so far, for
 	// the render's object limit; a non-nil error stops the render.
 	CountObjects func(n int) error
@@ -108,7 +113,7 @@ func Render(ctx context.Context, opts Options) ([]*unstructured.Unstructured, er
 		}
 		return nil, fmt.Errorf("%s: %w: vendor the dependency under charts/ (helm dependency build, then commit charts/), name it with a file:// repository inside the repository, or with its https:// or oci:// repository", label, err)
 	}
-	vals, err := mergeValues(opts.Files, opts.ChartDir, src)
+	vals, err := mergeValues(opts.Files, opts.Refs, opts.ChartDir, src)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", label, err)
 	}

@@ -1,11 +1,14 @@
 package helm
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"path"
 	"reflect"
+	"slices"
 	"strings"
 
 	"helm.sh/helm/v3/pkg/chartutil"
@@ -46,16 +49,42 @@ func resolvePath(chartDir, p string) (string, error) {
 	return full, nil
 }
 
+// resolveFile returns the repository and the path a value file or file
+// parameter names: "$REF/path" is path from the root of refs[REF] (the
+// repository of the source of spec.sources whose ref is REF), anything else
+// a path in repo (resolvePath). An unknown REF names the refs that exist.
+func resolveFile(repo Files, refs map[string]Files, chartDir, p string) (Files, string, error) {
+	ref, rest, ok := v1alpha1.RefOf(p)
+	if !ok {
+		full, err := resolvePath(chartDir, p)
+		return repo, full, err
+	}
+	files, found := refs[ref]
+	if !found {
+		names := slices.Sorted(maps.Keys(refs))
+		return nil, "", fmt.Errorf("%s names $%s, but no source of spec.sources has ref %q (refs: %s): fix the path or set ref on the source it reads from", p, ref, ref, cmp.Or(strings.Join(names, ", "), "none"))
+	}
+	if hasDotDot(rest) {
+		return nil, "", fmt.Errorf("%s leaves the repository of the source whose ref is %s: give a path inside it", p, ref)
+	}
+	return files, strings.TrimPrefix(path.Clean("/"+rest), "/"), nil
+}
+
+// hasDotDot reports whether a slash-separated path has a ".." segment.
+func hasDotDot(p string) bool {
+	return slices.Contains(strings.Split(p, "/"), "..")
+}
+
 // mergeValues merges the values as `helm template` with Argo CD's flags
 // does: each values file in order (missing ones skipped with
 // ignoreMissingValueFiles), values or valuesObject, then --set, then
 // --set-string, then --set-file, later winning. The chart's own values.yaml
 // is merged under these by Helm itself.
-func mergeValues(files Files, chartDir string, h *v1alpha1.HelmSource) (map[string]any, error) {
+func mergeValues(repo Files, refs map[string]Files, chartDir string, h *v1alpha1.HelmSource) (map[string]any, error) {
 	base := map[string]any{}
 	for i, f := range h.ValueFiles {
 		name := fieldPath.Child("valueFiles").Index(i).String()
-		p, err := resolvePath(chartDir, f)
+		files, p, err := resolveFile(repo, refs, chartDir, f)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
@@ -64,6 +93,9 @@ func mergeValues(files Files, chartDir string, h *v1alpha1.HelmSource) (map[stri
 			continue
 		}
 		if errors.Is(err, fs.ErrNotExist) {
+			if ref, _, ok := v1alpha1.RefOf(f); ok {
+				return nil, fmt.Errorf("%s: values file %s does not exist in the repository of the source whose ref is %s (%s from its root): fix the path or set ignoreMissingValueFiles", name, f, ref, p)
+			}
 			return nil, fmt.Errorf("%s: values file %s does not exist in the repository: fix the path (relative to the chart's directory, or absolute from the repository's root) or set ignoreMissingValueFiles", name, p)
 		}
 		if err != nil {
@@ -97,7 +129,7 @@ func mergeValues(files Files, chartDir string, h *v1alpha1.HelmSource) (map[stri
 	}
 	for i, fp := range h.FileParameters {
 		name := fieldPath.Child("fileParameters").Index(i)
-		p, err := resolvePath(chartDir, fp.Path)
+		files, p, err := resolveFile(repo, refs, chartDir, fp.Path)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
@@ -169,7 +201,9 @@ func parseKubeVersion(v string) (*chartutil.KubeVersion, error) {
 
 // Configured reports whether h asks for anything of a chart beyond the
 // release's name and namespace and the capabilities (kubeVersion,
-// apiVersions), which the sync engine fills in for every source: such a
+// apiVersions), which the sync engine (from the destination's discovery)
+// and `deputy render --kube-version/--api-versions` fill in for every
+// source: such a
 // source must point at a chart.
 func Configured(h *v1alpha1.HelmSource) bool {
 	if h == nil {

@@ -27,7 +27,10 @@ func TestValidate(t *testing.T) {
 		}, ""},
 		{"a values URL is refused", &v1alpha1.HelmSource{ValueFiles: []string{"https://example.com/v.yaml"}}, `spec.source.helm.valueFiles[0]: Invalid value: "https://example.com/v.yaml": URLs are not supported: commit the file`},
 		{"an empty values file is refused", &v1alpha1.HelmSource{ValueFiles: []string{""}}, "spec.source.helm.valueFiles[0]: Invalid value: \"\": give a path in the repository"},
-		{"a $ref values file needs spec.sources", &v1alpha1.HelmSource{ValueFiles: []string{"$values/prod.yaml"}}, "need spec.sources, which deputy does not support yet"},
+		{"a $ref values file is valid in form (whether the ref exists is the spec's check)", &v1alpha1.HelmSource{ValueFiles: []string{"$values/prod.yaml"}}, ""},
+		{"a $ref values file that climbs out of the referenced repository is refused", &v1alpha1.HelmSource{ValueFiles: []string{"$values/../../etc/passwd"}}, `spec.source.helm.valueFiles[0]: Invalid value: "$values/../../etc/passwd": the path after $values/ must stay inside that source's repository`},
+		{"a $ref with a bad name is refused", &v1alpha1.HelmSource{ValueFiles: []string{"$val.ues/prod.yaml"}}, "a reference to another source is $REF/path"},
+		{"a $ref without a file is refused", &v1alpha1.HelmSource{ValueFiles: []string{"$values/"}}, "give a file after $values/"},
 		{"values that are not a map are refused", &v1alpha1.HelmSource{Values: "- a\n- b\n"}, "spec.source.helm.values: Invalid value: \"\": not a YAML map"},
 		{"a valuesObject that is not a map is refused", &v1alpha1.HelmSource{ValuesObject: &runtime.RawExtension{Raw: []byte(`[1]`)}}, "spec.source.helm.valuesObject: Invalid value"},
 		{"Argo CD's build environment in a parameter is refused", &v1alpha1.HelmSource{Parameters: []v1alpha1.HelmParameter{{Name: "app", Value: "$ARGOCD_APP_NAME"}}}, `spec.source.helm.parameters[0].value: Invalid value: "$ARGOCD_APP_NAME": Argo CD's build environment variables`},
@@ -79,6 +82,9 @@ func TestEscapeCommas(t *testing.T) {
 func TestConfigured(t *testing.T) {
 	if Configured(nil) || Configured(&v1alpha1.HelmSource{ReleaseName: "a", Namespace: "b", KubeVersion: "v1.36.4", APIVersions: []string{"v1", "v1/ConfigMap"}}) {
 		t.Error("a release name, namespace and the destination's capabilities alone (the sync engine's defaults) configure nothing")
+	}
+	if Configured(&v1alpha1.HelmSource{KubeVersion: "1.37.0", APIVersions: []string{"v1"}}) {
+		t.Error("capabilities alone (deputy render's --kube-version, --api-versions) configure nothing")
 	}
 	if !Configured(&v1alpha1.HelmSource{SkipCrds: true}) {
 		t.Error("skipCrds configures the render")

@@ -26,7 +26,7 @@ import (
 // chartServer is a Helm repository over TLS with basic auth (deputy /
 // s3cret), serving charts packaged in the test.
 type chartServer struct {
-	t     *testing.T
+	t     testing.TB
 	srv   *httptest.Server
 	dir   string
 	mu    sync.Mutex
@@ -37,7 +37,7 @@ type chartServer struct {
 	open bool
 }
 
-func newChartServer(t *testing.T) *chartServer {
+func newChartServer(t testing.TB) *chartServer {
 	s := &chartServer{t: t, dir: t.TempDir(), files: map[string][]byte{}, index: repo.NewIndexFile()}
 	s.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		s.mu.Lock()
@@ -306,5 +306,24 @@ func TestRenderRepositoryChartWithRefValues(t *testing.T) {
 	src.Helm.ValueFiles = []string{"$values/web/big.yaml"}
 	if _, err := c.Render(t.Context(), src, "", ref); err == nil || !strings.Contains(err.Error(), FieldMaxFileBytes) || !strings.Contains(err.Error(), "big.yaml") {
 		t.Errorf("a ref's file over maxFileBytes = %v, want a limit error", err)
+	}
+}
+
+// BenchmarkRenderRepositoryChart renders a chart from a Helm repository
+// over TLS with basic auth, as a sync does: the render worker reads
+// index.yaml, finds the archive in the digest cache (the first iteration
+// downloads it), verifies it and renders (docs/benchmarks.md).
+func BenchmarkRenderRepositoryChart(b *testing.B) {
+	s := newChartServer(b)
+	for _, v := range []string{"1.0.0", "1.1.0", "1.2.0"} {
+		s.add(webChart(v))
+	}
+	c := s.chartCache("s3cret")
+	src := v1alpha1.ApplicationSource{RepoURL: s.srv.URL, Chart: "web", TargetRevision: "1.*", Helm: &v1alpha1.HelmSource{ReleaseName: "shop", Namespace: "prod"}}
+	for b.Loop() {
+		got, err := c.Render(b.Context(), src, "")
+		if err != nil || got.Revision != "1.2.0" {
+			b.Fatalf("%v %v", got, err)
+		}
 	}
 }

@@ -135,7 +135,11 @@ func readApplicationFile(name string) (*v1alpha1.Application, error) {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	if tm.Kind != "Application" || (tm.APIVersion != v1alpha1.Group+"/"+v1alpha1.Version && tm.APIVersion != "argoproj.io/v1alpha1") {
-		return nil, fmt.Errorf("%s holds %s %s: give one Application (deputy.dev/v1alpha1 or argoproj.io/v1alpha1)", name, tm.APIVersion, tm.Kind)
+		what := strings.TrimSpace(tm.APIVersion + " " + tm.Kind)
+		if what == "" {
+			what = "no apiVersion and kind"
+		}
+		return nil, fmt.Errorf("%s holds %s: give one Application (deputy.dev/v1alpha1 or argoproj.io/v1alpha1)", name, what)
 	}
 	app := &v1alpha1.Application{}
 	decode := yaml.UnmarshalStrict

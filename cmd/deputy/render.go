@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -15,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
@@ -129,6 +131,22 @@ func readApplicationFile(name string) (*v1alpha1.Application, error) {
 	}
 	if len(data) > maxApplicationFileBytes {
 		return nil, fmt.Errorf("%s is larger than %d bytes: give one Application manifest", name, maxApplicationFileBytes)
+	}
+	// sigs.k8s.io/yaml reads the first document only: a second one would
+	// be dropped without a word.
+	docs := 0
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for {
+		doc, err := r.Read()
+		if err != nil {
+			break
+		}
+		if len(bytes.TrimSpace(doc)) > 0 && strings.Trim(strings.TrimSpace(string(doc)), "-") != "" {
+			docs++
+		}
+	}
+	if docs > 1 {
+		return nil, fmt.Errorf("%s holds %d YAML documents: give one Application (render each from a file of its own)", name, docs)
 	}
 	var tm metav1.TypeMeta
 	if err := yaml.Unmarshal(data, &tm); err != nil {

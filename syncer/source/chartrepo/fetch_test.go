@@ -187,3 +187,16 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
 }
+
+// A repository whose certificate deputy does not trust fails naming how
+// an operator trusts a private CA.
+func TestUntrustedCertificateNamesTheFix(t *testing.T) {
+	r := newHelmRepo(t, "", "")
+	r.add(testChart(t, "app", "1.0.0"), "app", "1.0.0", "", "")
+	f := testFetcher(t, nil, r.srv)
+	f.Transport = http.DefaultTransport.(*http.Transport).Clone() // the system roots only
+	_, err := f.Resolve(t.Context(), Source{RepoURL: r.srv.URL, Chart: "app", Version: "1.0.0"})
+	if err == nil || !contains(err.Error(), "certificate", "SSL_CERT_FILE") {
+		t.Fatalf("err = %v, want a certificate error naming SSL_CERT_FILE", err)
+	}
+}

@@ -2,6 +2,7 @@ package chartrepo
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -95,6 +96,9 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	resp, err := t.base.RoundTrip(req)
 	if err != nil {
+		if _, ok := errors.AsType[*tls.CertificateVerificationError](err); ok {
+			return nil, fmt.Errorf("%w: if the repository's certificate is issued by a private CA, trust it with SSL_CERT_FILE (or SSL_CERT_DIR) in deputy's environment", err)
+		}
 		return nil, err
 	}
 	if resp.ContentLength > t.maxBytes {

@@ -118,7 +118,8 @@ func renderApplicationArg(ctx context.Context, f *renderFlags, args []string) (*
 
 // readApplicationFile decodes one Application (deputy.dev/v1alpha1, strictly:
 // an unknown field is an error; or argoproj.io/v1alpha1, whose fields beyond
-// deputy's subset are ignored).
+// deputy's subset are ignored, except those that change the render:
+// refuseUnrenderedFields).
 func readApplicationFile(name string) (*v1alpha1.Application, error) {
 	fh, err := os.Open(name)
 	if err != nil {
@@ -167,7 +168,49 @@ func readApplicationFile(name string) (*v1alpha1.Application, error) {
 	if err := decode(data, app); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
+	if tm.APIVersion == "argoproj.io/v1alpha1" {
+		if err := refuseUnrenderedFields(data); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+	}
 	return app, nil
+}
+
+// unrenderedFields are the fields of Argo CD's ApplicationSource that
+// change what a source renders and that deputy does not implement.
+var unrenderedFields = []string{"kustomize", "directory", "plugin"}
+
+// refuseUnrenderedFields fails when an argoproj.io Application's source
+// sets a field of unrenderedFields: ignored, it would print something other
+// than what Argo CD renders. Other Argo CD fields deputy lacks
+// (ignoreDifferences, info, ...) do not change the render and are ignored.
+func refuseUnrenderedFields(data []byte) error {
+	var m struct {
+		Spec struct {
+			Source  map[string]any   `json:"source"`
+			Sources []map[string]any `json:"sources"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(data, &m); err != nil {
+		return err
+	}
+	check := func(path string, src map[string]any) error {
+		for _, f := range unrenderedFields {
+			if _, ok := src[f]; ok {
+				return fmt.Errorf("%s.%s (Argo CD's) is not supported by deputy, and ignoring it would render something else: remove it (kustomize overrides belong in the kustomization)", path, f)
+			}
+		}
+		return nil
+	}
+	if err := check("spec.source", m.Spec.Source); err != nil {
+		return err
+	}
+	for i, src := range m.Spec.Sources {
+		if err := check(fmt.Sprintf("spec.sources[%d]", i), src); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // readClusterApplication reads one deputy.dev Application.

@@ -204,6 +204,8 @@ func TestRenderCommandErrors(t *testing.T) {
 		{"--revision once per source for spec.sources", []string{"-f", write(head + "  sources:\n  - {repoURL: " + apps + ", path: plain}\n  - {repoURL: " + apps + ", ref: values}\n"), "--local-repos", root, "--revision", "HEAD"},
 			"operation.sync.revisions has 1 revisions, but this Application has 2 sources"},
 		{"not an Application", []string{"-f", write("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")}, "holds v1 ConfigMap: give one Application"},
+		{"an argoproj.io Application with Argo CD's kustomize overrides is refused, not rendered without them", []string{"-f", write(strings.Replace(head, "deputy.dev", "argoproj.io", 1) + "  source: {repoURL: " + apps + ", path: plain, kustomize: {namePrefix: pre-}}\n")},
+			"spec.source.kustomize (Argo CD's) is not supported by deputy"},
 		{"two Applications in one file are refused, not the second dropped", []string{"-f", write("---\n" + head + "  source: {repoURL: " + apps + ", path: plain}\n---\n" + head + "  source: {repoURL: " + apps + ", path: other}\n---\n")},
 			"holds 2 YAML documents: give one Application"},
 		{"an unknown field of a deputy Application", []string{"-f", write(head + "  source: {repoURL: " + apps + ", pth: plain}\n")}, `unknown field "pth"`},

@@ -14,8 +14,9 @@
 // It must not run in deputy's own process: only a render worker calls it
 // (an index.yaml or a chart is hostile input, parsed and unpacked in the
 // worker's bounded memory). It must not send a credential anywhere but to
-// the exact scheme, host and port of the repository it was configured for
-// (a chart URL in index.yaml on another host, a redirect elsewhere and every
+// the exact scheme, host and port of the repository it was matched for, at
+// or below the repository's path (a chart URL in index.yaml on another
+// host or another path of the same host, a redirect elsewhere and every
 // dependency get none; Argo CD's passCredentials=false), must not speak
 // plain http except to loopback, must not read more than Limits allow
 // (each exceeded limit a *limit.Error naming its field), and must not trust

@@ -1,0 +1,81 @@
+package chartrepo
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/repo"
+	"sigs.k8s.io/yaml"
+)
+
+// indexAt serves at dir/index.yaml an index that lists chart name 1.0.0
+// at url with archive's digest.
+func (r *helmRepo) indexAt(dir string, archive []byte, name, url string) {
+	r.t.Helper()
+	idx := repo.NewIndexFile()
+	if err := idx.MustAdd(&chart.Metadata{APIVersion: chart.APIVersionV2, Name: name, Version: "1.0.0"}, "x.tgz", "", sha(archive)); err != nil {
+		r.t.Fatal(err)
+	}
+	idx.Entries[name][0].URLs = []string{url}
+	data, err := yaml.Marshal(idx)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.setFile(dir+"/index.yaml", data)
+}
+
+// A credential configured for a whole host (https://charts.example) is
+// matched for a tenant's repository https://charts.example/team-a; the
+// tenant writes that repository's index.yaml. A chart URL of that index,
+// or a redirect, to another path of the same host (another tenant's
+// repository, or a path served by someone else) must not get the
+// credential: the credential goes to the repository the project
+// permitted, not to the host.
+func TestCredentialsStayInTheRepositorysPath(t *testing.T) {
+	secret := testChart(t, "app", "1.0.0")
+	for _, tc := range []struct{ name, url string }{
+		{"an absolute URL on the same origin", "/team-b/app-1.0.0.tgz"},
+		{"a relative URL with ..", "../team-b/app-1.0.0.tgz"},
+		{"an encoded dot segment", "%2e%2e/team-b/app-1.0.0.tgz"},
+		{"a redirect on the same origin", "charts/moved.tgz"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newHelmRepo(t, "", "")
+			url := tc.url
+			if strings.HasPrefix(url, "/") {
+				url = r.srv.URL + url
+			}
+			r.indexAt("/team-a", secret, "app", url)
+			r.setFile("/team-b/app-1.0.0.tgz", secret)
+			r.setFile("/team-a/%2e%2e/team-b/app-1.0.0.tgz", secret)
+			mux := http.NewServeMux()
+			mux.HandleFunc("/team-a/charts/moved.tgz", func(w http.ResponseWriter, req *http.Request) {
+				http.Redirect(w, req, "/team-b/app-1.0.0.tgz", http.StatusFound)
+			})
+			mux.Handle("/", http.HandlerFunc(r.serve))
+			r.srv.Config.Handler = mux
+			f := testFetcher(t, &Credential{Username: "deputy", Password: "s3cret", ConfigURL: r.srv.URL}, r.srv)
+			_, _ = f.Fetch(t.Context(), Source{RepoURL: r.srv.URL + "/team-a", Chart: "app", Version: "1.0.0"})
+			auths, paths := r.seen()
+			sawIndex := false
+			for i, p := range paths {
+				switch {
+				case p == "/team-a/index.yaml":
+					sawIndex = true
+					if auths[i] == "" {
+						t.Errorf("the repository's own index.yaml got no credential")
+					}
+				case !strings.HasPrefix(p, "/team-a/") || strings.Contains(p, ".."):
+					if auths[i] != "" {
+						t.Errorf("%s outside the repository's path got the credential", p)
+					}
+				}
+			}
+			if !sawIndex {
+				t.Fatalf("index.yaml was not read: %q", paths)
+			}
+		})
+	}
+}

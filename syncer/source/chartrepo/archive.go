@@ -24,19 +24,19 @@ import (
 // sha256Hex is a sha256 digest in lower-case hex.
 var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
-// archive returns r's archive: from the cache when a file there has the
-// announced digest (re-verified on every read: a file placed there with
-// other content is not trusted, and is replaced), else downloaded, checked
-// against the digest and cached (written to a temporary file, then renamed).
-// An index without a digest gets its archive downloaded every time, and not
-// cached.
-func (f *Fetcher) archive(ctx context.Context, r *located) ([]byte, error) {
+// archive returns r's archive: from the cache of s's repository when a
+// file there has the announced digest (re-verified on every read: a file
+// placed there with other content is not trusted, and is replaced), else
+// downloaded, checked against the digest and cached (written to a
+// temporary file, then renamed). An index without a digest gets its
+// archive downloaded every time, and not cached.
+func (f *Fetcher) archive(ctx context.Context, s Source, cred *Credential, r *located) ([]byte, error) {
 	if r.digest != "" && !sha256Hex.MatchString(r.digest) {
 		return nil, fmt.Errorf("the announced digest %q is not a sha256 digest: fix the repository", r.digest)
 	}
 	cached := ""
 	if f.CacheDir != "" && r.digest != "" {
-		cached = filepath.Join(f.CacheDir, "sha256-"+r.digest+".tgz")
+		cached = cachePath(f.CacheDir, s.RepoURL, cred, r.digest)
 		if data, ok := readCached(cached, r.digest, f.Limits.MaxFetchBytes); ok {
 			return data, nil
 		}
@@ -55,6 +55,22 @@ func (f *Fetcher) archive(ctx context.Context, r *located) ([]byte, error) {
 		_ = writeAtomic(cached, data)
 	}
 	return data, nil
+}
+
+// cachePath is where the archive of digest from repoURL, fetched with
+// cred, is cached: DIR/REPO/sha256-DIGEST.tgz, REPO a hash of the exact
+// repository URL and of the credential's configuration entry and username
+// (never its password). A digest is no secret: were the cache keyed by the
+// digest alone, any repository announcing the digest of a private chart
+// another repository's credential downloaded would be handed that chart.
+// Archives are shared only among fetches of the same repository with the
+// same credential, which could download them anyway.
+func cachePath(dir, repoURL string, cred *Credential, digest string) string {
+	key := "repo\x00" + repoURL
+	if cred != nil {
+		key += "\x00credential\x00" + cred.ConfigURL + "\x00" + cred.Username
+	}
+	return filepath.Join(dir, digestOf([]byte(key)), "sha256-"+digest+".tgz")
 }
 
 func digestOf(data []byte) string {

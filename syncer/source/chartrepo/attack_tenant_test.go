@@ -79,3 +79,37 @@ func TestCredentialsStayInTheRepositorysPath(t *testing.T) {
 		})
 	}
 }
+
+// The chart cache is shared by every render. A tenant who knows the digest
+// of another tenant's private chart (a digest is no secret: it is in
+// index.yaml, in an OCI manifest, in logs) announces it in its own
+// index.yaml, with a chart URL that serves nothing: deputy must not hand it
+// the archive that the private repository's credential downloaded.
+func TestACachedChartIsNotSharedWithAnotherRepository(t *testing.T) {
+	secret := testChart(t, "app", "1.0.0")
+	private := newHelmRepo(t, "deputy", "s3cret")
+	private.add(secret, "app", "1.0.0", "", "")
+	f := testFetcher(t, &Credential{Username: "deputy", Password: "s3cret", ConfigURL: private.srv.URL}, private.srv)
+	if _, err := f.Fetch(t.Context(), Source{RepoURL: private.srv.URL, Chart: "app", Version: "1.0.0"}); err != nil {
+		t.Fatal(err)
+	}
+
+	evil := newHelmRepo(t, "", "")
+	evil.indexAt("", secret, "app", "charts/missing.tgz")
+	attacker := *f
+	attacker.Credential = nil
+	ch, err := attacker.Fetch(t.Context(), Source{RepoURL: evil.srv.URL, Chart: "app", Version: "1.0.0"})
+	if err == nil {
+		t.Fatalf("another repository announcing the private chart's digest got it from the cache (%d files)", len(ch.Files))
+	}
+	if !strings.Contains(err.Error(), "404") {
+		t.Errorf("err = %v, want the missing archive reported", err)
+	}
+	// The private repository itself still reads its cache.
+	if _, err := f.Fetch(t.Context(), Source{RepoURL: private.srv.URL, Chart: "app", Version: "1.0.0"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, paths := private.seen(); strings.Count(strings.Join(paths, " "), ".tgz") != 1 {
+		t.Errorf("the private repository's archive was downloaded again: %q", paths)
+	}
+}

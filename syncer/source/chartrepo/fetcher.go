@@ -58,7 +58,8 @@ type Limits struct {
 
 // Fetcher fetches charts for one render.
 type Fetcher struct {
-	// CacheDir holds archives by digest (sha256-HEX.tgz); "" caches nothing.
+	// CacheDir holds archives by repository and digest
+	// (REPO/sha256-HEX.tgz, see cachePath); "" caches nothing.
 	CacheDir string
 	Limits   Limits
 	// Credential is sent to the origin (scheme, host, port) of
@@ -128,7 +129,7 @@ func (f *Fetcher) fetch(ctx context.Context, s Source, cred *Credential) (*Chart
 	if err != nil {
 		return nil, err
 	}
-	data, err := f.archive(ctx, r)
+	data, err := f.archive(ctx, s, cred, r)
 	if err != nil {
 		return nil, fmt.Errorf("%s (version %s): %w", s, r.version, err)
 	}

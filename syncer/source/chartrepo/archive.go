@@ -122,9 +122,12 @@ func writeAtomic(name string, data []byte) error {
 // over MaxFileBytes, a total over MaxRenderBytes or more than MaxFiles
 // entries into a *limit.Error, and an entry whose path leaves the chart
 // into an error naming it, before Helm unpacks anything.
-func unpack(data []byte, l Limits) ([]*loader.BufferedFile, error) {
-	if err := scanArchive(data, l); err != nil {
-		return nil, err
+//
+// It returns the files and the archive's unpacked size and entry count.
+func unpack(data []byte, l Limits) ([]*loader.BufferedFile, int64, int, error) {
+	size, entries, err := scanArchive(data, l)
+	if err != nil {
+		return nil, 0, 0, err
 	}
 	// The render worker unpacks one chart at a time: Helm's limits are
 	// package variables.
@@ -132,52 +135,69 @@ func unpack(data []byte, l Limits) ([]*loader.BufferedFile, error) {
 	loader.MaxDecompressedChartSize = l.MaxRenderBytes
 	files, err := loader.LoadArchiveFiles(bytes.NewReader(data))
 	if err != nil {
-		return nil, fmt.Errorf("the chart archive is not a valid chart: %w: fix the chart", err)
+		return nil, 0, 0, fmt.Errorf("the chart archive is not a valid chart: %w: fix the chart", err)
 	}
-	return files, nil
+	return files, size, entries, nil
+}
+
+// charge counts a chart's unpacked size and entries against the render's
+// limits: a render's chart and its dependencies count together, so that a
+// chart naming many dependencies, each within the limits, does not
+// multiply them.
+func (f *Fetcher) charge(size int64, entries int) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.unpackedBytes += size
+	f.unpackedFiles += entries
+	switch {
+	case f.unpackedBytes > f.Limits.MaxRenderBytes:
+		return &limit.Error{Field: limit.FieldMaxRenderBytes, What: fmt.Sprintf("the charts of this render unpacked (the chart and the dependencies fetched so far: %s)", limit.Bytes(f.unpackedBytes)), Limit: limit.Bytes(f.Limits.MaxRenderBytes)}
+	case f.unpackedFiles > f.Limits.MaxFiles:
+		return &limit.Error{Field: limit.FieldMaxFiles, What: fmt.Sprintf("the charts of this render unpacked (the chart and the dependencies fetched so far: %d entries)", f.unpackedFiles), Limit: fmt.Sprint(f.Limits.MaxFiles)}
+	}
+	return nil
 }
 
 // scanArchive checks every entry of a gzipped tar against the limits and
-// refuses paths outside the chart's directory.
-func scanArchive(data []byte, l Limits) error {
+// refuses paths outside the chart's directory. It returns the archive's
+// unpacked size and entry count.
+func scanArchive(data []byte, l Limits) (total int64, files int, err error) {
 	zr, err := gzip.NewReader(bytes.NewReader(data))
 	if err != nil {
-		return fmt.Errorf("the chart archive is not gzipped: %w: a chart is a .tgz (helm package)", err)
+		return 0, 0, fmt.Errorf("the chart archive is not gzipped: %w: a chart is a .tgz (helm package)", err)
 	}
 	defer zr.Close()
 	tr := tar.NewReader(zr)
-	var total int64
-	files := 0
 	for {
 		hd, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			return nil
+			return total, files, nil
 		}
 		if err != nil {
-			return fmt.Errorf("the chart archive is not a valid tar: %w", err)
+			return 0, 0, fmt.Errorf("the chart archive is not a valid tar: %w", err)
 		}
 		name := strings.ReplaceAll(hd.Name, `\`, "/")
 		if c := path.Clean(name); path.IsAbs(name) || c == ".." || strings.HasPrefix(c, "../") || strings.Contains("/"+name+"/", "/../") {
-			return fmt.Errorf("the chart archive's entry %q leaves the chart's directory: deputy unpacks nothing from it", hd.Name)
+			return 0, 0, fmt.Errorf("the chart archive's entry %q leaves the chart's directory: deputy unpacks nothing from it", hd.Name)
 		}
 		// Every entry counts (a stream of directory entries costs time).
 		files++
 		if files > l.MaxFiles {
-			return &limit.Error{Field: limit.FieldMaxFiles, What: fmt.Sprintf("the chart archive's entry count (entry %q, entry %d)", hd.Name, files), Limit: fmt.Sprint(l.MaxFiles)}
+			return 0, 0, &limit.Error{Field: limit.FieldMaxFiles, What: fmt.Sprintf("the chart archive's entry count (entry %q, entry %d)", hd.Name, files), Limit: fmt.Sprint(l.MaxFiles)}
 		}
 		if hd.Typeflag != tar.TypeReg {
 			continue
 		}
 		if hd.Size > l.MaxFileBytes {
-			return &limit.Error{Field: limit.FieldMaxFileBytes, What: fmt.Sprintf("the chart archive's file %q (%s unpacked)", hd.Name, limit.Bytes(hd.Size)), Limit: limit.Bytes(l.MaxFileBytes)}
+			return 0, 0, &limit.Error{Field: limit.FieldMaxFileBytes, What: fmt.Sprintf("the chart archive's file %q (%s unpacked)", hd.Name, limit.Bytes(hd.Size)), Limit: limit.Bytes(l.MaxFileBytes)}
 		}
 		if total += hd.Size; total > l.MaxRenderBytes {
-			return &limit.Error{Field: limit.FieldMaxRenderBytes, What: fmt.Sprintf("the chart archive unpacked (more than %s with %q)", limit.Bytes(total), hd.Name), Limit: limit.Bytes(l.MaxRenderBytes)}
+			return 0, 0, &limit.Error{Field: limit.FieldMaxRenderBytes, What: fmt.Sprintf("the chart archive unpacked (more than %s with %q)", limit.Bytes(total), hd.Name), Limit: limit.Bytes(l.MaxRenderBytes)}
 		}
 		// tar's reader returns at most the declared size: reading it
 		// checks the stream without keeping it.
 		if _, err := io.Copy(io.Discard, tr); err != nil {
-			return fmt.Errorf("the chart archive's entry %q: %w", hd.Name, err)
+			return 0, 0, fmt.Errorf("the chart archive's entry %q: %w", hd.Name, err)
 		}
 	}
 }

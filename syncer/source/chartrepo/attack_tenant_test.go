@@ -1,6 +1,7 @@
 package chartrepo
 
 import (
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -8,6 +9,8 @@ import (
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/repo"
 	"sigs.k8s.io/yaml"
+
+	"deputy.dev/deputy/syncer/source/limit"
 )
 
 // indexAt serves at dir/index.yaml an index that lists chart name 1.0.0
@@ -96,8 +99,8 @@ func TestACachedChartIsNotSharedWithAnotherRepository(t *testing.T) {
 
 	evil := newHelmRepo(t, "", "")
 	evil.indexAt("", secret, "app", "charts/missing.tgz")
-	attacker := *f
-	attacker.Credential = nil
+	attacker := testFetcher(t, nil, evil.srv)
+	attacker.CacheDir = f.CacheDir
 	ch, err := attacker.Fetch(t.Context(), Source{RepoURL: evil.srv.URL, Chart: "app", Version: "1.0.0"})
 	if err == nil {
 		t.Fatalf("another repository announcing the private chart's digest got it from the cache (%d files)", len(ch.Files))
@@ -112,4 +115,40 @@ func TestACachedChartIsNotSharedWithAnotherRepository(t *testing.T) {
 	if _, paths := private.seen(); strings.Count(strings.Join(paths, " "), ".tgz") != 1 {
 		t.Errorf("the private repository's archive was downloaded again: %q", paths)
 	}
+}
+
+// Each chart's archive is bounded by maxRenderBytes and maxFiles; a chart
+// that names many remote dependencies, each just under the limits, must
+// not multiply them: the chart and its dependencies are one render's
+// input, and count together.
+func TestDependenciesShareTheRenderLimits(t *testing.T) {
+	dep := newHelmRepo(t, "", "")
+	meta := []byte("apiVersion: v2\nname: lib\nversion: 0.1.0\n")
+	// 600 KiB unpacked each (the limit is 1 MiB), in few bytes.
+	dep.add(rawArchive(t, tarEntry{name: "lib/Chart.yaml", data: meta},
+		tarEntry{name: "lib/a", zeros: 200 << 10}, tarEntry{name: "lib/b", zeros: 200 << 10}, tarEntry{name: "lib/c", zeros: 200 << 10}), "lib", "0.1.0", "", "")
+	top := newHelmRepo(t, "", "")
+	top.add(testChart(t, "app", "1.0.0"), "app", "1.0.0", "", "")
+	f := testFetcher(t, nil, top.srv)
+	f.Project = "team-a"
+	f.Permitted = PermittedBy("team-a", []string{dep.srv.URL})
+	if _, err := f.Fetch(t.Context(), Source{RepoURL: top.srv.URL, Chart: "app"}); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	fetched := 0
+	for range 10 {
+		if _, err = f.Dependency(t.Context(), "chart app 1.0.0", &chart.Dependency{Name: "lib", Version: "0.1.0", Repository: dep.srv.URL}); err != nil {
+			break
+		}
+		fetched++
+	}
+	var le *limit.Error
+	if !errors.As(err, &le) || le.Field != limit.FieldMaxRenderBytes || !contains(err.Error(), "Chart.yaml dependency lib", "the charts of this render unpacked") {
+		t.Fatalf("after %d dependencies of 600 KiB: err = %v, want maxRenderBytes exceeded by the charts together, naming the dependency", fetched, err)
+	}
+	if fetched != 1 {
+		t.Errorf("%d dependencies of 600 KiB fetched within 1 MiB", fetched)
+	}
+	t.Log(err)
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 
 	"github.com/Masterminds/semver/v3"
 	"helm.sh/helm/v3/pkg/chart/loader"
@@ -78,6 +79,14 @@ type Fetcher struct {
 	// Transport is the HTTP transport under the fetch's own (nil: net/http's
 	// default as the process started).
 	Transport http.RoundTripper
+
+	// mu guards the unpacked size and entries of every chart this Fetcher
+	// fetched: one render's chart and its dependencies, which count
+	// together against Limits.MaxRenderBytes and MaxFiles (a Fetcher
+	// serves one render).
+	mu            sync.Mutex
+	unpackedBytes int64
+	unpackedFiles int
 }
 
 // Chart is a fetched chart: its resolved version, its archive's digest and
@@ -133,7 +142,10 @@ func (f *Fetcher) fetch(ctx context.Context, s Source, cred *Credential) (*Chart
 	if err != nil {
 		return nil, fmt.Errorf("%s (version %s): %w", s, r.version, err)
 	}
-	files, err := unpack(data, f.Limits)
+	files, size, entries, err := unpack(data, f.Limits)
+	if err == nil {
+		err = f.charge(size, entries)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s (version %s): %w", s, r.version, err)
 	}

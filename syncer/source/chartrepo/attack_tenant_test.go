@@ -3,8 +3,10 @@ package chartrepo
 import (
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/repo"
@@ -149,6 +151,30 @@ func TestDependenciesShareTheRenderLimits(t *testing.T) {
 	}
 	if fetched != 1 {
 		t.Errorf("%d dependencies of 600 KiB fetched within 1 MiB", fetched)
+	}
+	t.Log(err)
+}
+
+// An index.yaml is parsed in the render worker, but a small one must not
+// expand into a large one: YAML aliases nested nine deep (the "billion
+// laughs") are refused by the YAML parser, cleanly and at once.
+func TestAnIndexOfAliasesIsRefused(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("apiVersion: v1\nx0: &a0 [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n")
+	for i := 1; i < 10; i++ {
+		p := i - 1
+		b.WriteString("x" + strconv.Itoa(i) + ": &a" + strconv.Itoa(i) + " [" + strings.Repeat("*a"+strconv.Itoa(p)+",", 8) + "*a" + strconv.Itoa(p) + "]\n")
+	}
+	b.WriteString("entries: {}\n")
+	r := newHelmRepo(t, "", "")
+	r.setFile("/index.yaml", []byte(b.String()))
+	start := time.Now()
+	_, err := testFetcher(t, nil, r.srv).Fetch(t.Context(), Source{RepoURL: r.srv.URL, Chart: "app"})
+	if err == nil || !contains(err.Error(), "the repository's index.yaml", "fix the repository") {
+		t.Fatalf("err = %v, want the index refused", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("refusing the index took %s", d)
 	}
 	t.Log(err)
 }

@@ -185,7 +185,10 @@ func scanArchive(data []byte, l Limits) (total int64, files int, err error) {
 		if files > l.MaxFiles {
 			return 0, 0, &limit.Error{Field: limit.FieldMaxFiles, What: fmt.Sprintf("the chart archive's entry count (entry %q, entry %d)", hd.Name, files), Limit: fmt.Sprint(l.MaxFiles)}
 		}
-		if hd.Typeflag != tar.TypeReg {
+		// Every entry with data counts, whatever its type: tar readers (and
+		// Helm's loader) read a contiguous file, a sparse file or a device
+		// entry's data as a file's.
+		if hd.Size == 0 || hd.FileInfo().IsDir() {
 			continue
 		}
 		if hd.Size > l.MaxFileBytes {

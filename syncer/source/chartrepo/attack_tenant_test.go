@@ -1,6 +1,7 @@
 package chartrepo
 
 import (
+	"archive/tar"
 	"errors"
 	"net/http"
 	"strconv"
@@ -177,4 +178,38 @@ func TestAnIndexOfAliasesIsRefused(t *testing.T) {
 		t.Errorf("refusing the index took %s", d)
 	}
 	t.Log(err)
+}
+
+// A chart archive is unpacked in memory, never onto a disk: a symlink or a
+// hard link to a local file gives an empty file, never the local file's
+// content; an entry of another type that carries data (a "contiguous
+// file", which tar readers read as a regular one) counts against the
+// limits as a regular file does.
+func TestArchiveEntriesOfOtherTypes(t *testing.T) {
+	meta := tarEntry{name: "app/Chart.yaml", data: []byte("apiVersion: v2\nname: app\nversion: 1.0.0\n")}
+	t.Run("links give no local file", func(t *testing.T) {
+		r := newHelmRepo(t, "", "")
+		r.add(rawArchive(t, meta,
+			tarEntry{name: "app/templates/passwd.yaml", typ: tar.TypeSymlink, link: "/etc/passwd"},
+			tarEntry{name: "app/files/hosts", typ: tar.TypeLink, link: "/etc/hosts"},
+			tarEntry{name: "app/files/up", typ: tar.TypeSymlink, link: "../../../../etc/passwd"}), "app", "1.0.0", "", "")
+		ch, err := testFetcher(t, nil, r.srv).Fetch(t.Context(), Source{RepoURL: r.srv.URL, Chart: "app"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range ch.Files {
+			if strings.Contains(string(f.Data), "root:") || strings.Contains(string(f.Data), "localhost") {
+				t.Errorf("%s holds a local file's content: %q", f.Name, f.Data)
+			}
+		}
+	})
+	t.Run("a contiguous file over maxFileBytes", func(t *testing.T) {
+		r := newHelmRepo(t, "", "")
+		r.add(rawArchive(t, meta, tarEntry{name: "app/templates/zeros.yaml", typ: tar.TypeCont, zeros: 16 << 20}), "app", "1.0.0", "", "")
+		_, err := testFetcher(t, nil, r.srv).Fetch(t.Context(), Source{RepoURL: r.srv.URL, Chart: "app"})
+		var le *limit.Error
+		if !errors.As(err, &le) || le.Field != limit.FieldMaxFileBytes || !strings.Contains(err.Error(), `"app/templates/zeros.yaml"`) {
+			t.Fatalf("err = %v, want %s naming the entry", err, limit.FieldMaxFileBytes)
+		}
+	})
 }

@@ -1,0 +1,35 @@
+package source
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"helm.sh/helm/v3/pkg/chart"
+
+	"deputy.dev/deputy/policy/v1alpha1"
+)
+
+// A tenant's chart can make Helm recurse without end (a value that `tpl`
+// renders itself): Helm's own `helm template` dies of it ("fatal error: out
+// of memory", which no recover catches). In deputy the render worker dies,
+// never deputy, and the operation fails with the memory limit named, at
+// once and cleanly, not with a runtime trace.
+func TestARecursiveChartEndsAtTheMemoryLimit(t *testing.T) {
+	s := newChartServer(t)
+	s.add(&chart.Chart{
+		Metadata:  &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "loop", Version: "1.0.0"},
+		Raw:       []*chart.File{{Name: "values.yaml", Data: []byte("a: \"{{ tpl .Values.a . }}\"\n")}},
+		Templates: []*chart.File{{Name: "templates/cm.yaml", Data: []byte("x: {{ tpl .Values.a . }}\n")}},
+	})
+	c := s.chartCache("s3cret")
+	c.limits = Limits{MaxRenderMemory: 128 << 20}
+	start := time.Now()
+	_, err := c.Render(t.Context(), v1alpha1.ApplicationSource{RepoURL: s.srv.URL, Chart: "loop"}, "")
+	var le *LimitError
+	if !errors.As(err, &le) || le.Field != FieldMaxRenderMemory || !strings.Contains(err.Error(), "chart loop (newest stable) from "+s.srv.URL) || strings.Contains(err.Error(), "goroutine") {
+		t.Fatalf("err = %v, want %s naming the chart, without a runtime trace", err, FieldMaxRenderMemory)
+	}
+	t.Logf("%v (after %s)", err, time.Since(start).Round(time.Millisecond))
+}

@@ -213,3 +213,28 @@ func TestArchiveEntriesOfOtherTypes(t *testing.T) {
 		}
 	})
 }
+
+// A repository that redirects its archive to a server asking for a
+// credential gets an error that says the credential stays with the
+// repository, not one blaming the credential.
+func TestARedirectToAServerAskingForACredentialIsExplained(t *testing.T) {
+	archive := testChart(t, "app", "1.0.0")
+	foreign := newHelmRepo(t, "other", "password")
+	foreign.setFile("/app-1.0.0.tgz", archive)
+	r := newHelmRepo(t, "deputy", "s3cret")
+	r.add(archive, "app", "1.0.0", "moved/app-1.0.0.tgz", "")
+	mux := http.NewServeMux()
+	mux.HandleFunc("/moved/", func(w http.ResponseWriter, req *http.Request) {
+		http.Redirect(w, req, foreign.srv.URL+"/app-1.0.0.tgz", http.StatusFound)
+	})
+	mux.Handle("/", http.HandlerFunc(r.serve))
+	r.srv.Config.Handler = mux
+	_, err := testFetcher(t, cred, r.srv).Fetch(t.Context(), Source{RepoURL: r.srv.URL, Chart: "app", Version: "1.0.0"})
+	host := strings.TrimPrefix(r.srv.URL, "https://")
+	if err == nil || !contains(err.Error(), "chart app 1.0.0 from "+r.srv.URL, "401 Unauthorized from "+foreign.srv.URL+"/app-1.0.0.tgz: "+host+" redirected the request there") || strings.Contains(err.Error(), "refused the credential") {
+		t.Fatalf("err = %v, want the redirect named", err)
+	}
+	if auths, _ := foreign.seen(); hasAuth(auths) {
+		t.Errorf("the redirect target got a credential: %q", auths)
+	}
+}

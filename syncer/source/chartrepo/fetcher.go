@@ -192,3 +192,9 @@ func credentialHint(cred *Credential, repoURL string) string {
 	}
 	return fmt.Sprintf("the repository refused the credential of sync.repositories entry %s: check its username and password (usernameFile/passwordFile or Secret)", cred.ConfigURL)
 }
+
+// redirectedHint says why a server the repository redirected to got no
+// credential.
+func redirectedHint(host string) string {
+	return fmt.Sprintf("%s redirected the request there, and deputy sends the repository's credential (and answers challenges) only to the repository itself: the repository must serve it, or redirect to a location that needs no credential", host)
+}

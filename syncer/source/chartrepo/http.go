@@ -225,6 +225,8 @@ func get(ctx context.Context, c *http.Client, t *transport, rawURL, credHint, no
 	}
 	defer resp.Body.Close()
 	switch {
+	case (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) && resp.Request != nil && origin(resp.Request.URL) != origin(req.URL):
+		return nil, fmt.Errorf("failed to fetch %s: %s from %s: %s", redact(req.URL), resp.Status, redact(resp.Request.URL), redirectedHint(req.URL.Host))
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
 		return nil, fmt.Errorf("failed to fetch %s: %s: %s", redact(req.URL), resp.Status, credHint)
 	case resp.StatusCode == http.StatusNotFound:

@@ -53,6 +53,9 @@ func (f *Fetcher) locateOCI(ctx context.Context, s Source, u *url.URL, cred *Cre
 		}
 		var er *errcode.ErrorResponse
 		if errors.As(err, &er) && (er.StatusCode == http.StatusUnauthorized || er.StatusCode == http.StatusForbidden) {
+			if er.URL != nil && er.URL.Host != u.Host {
+				return fmt.Errorf("%s: %s: %s from %s: %s", s, what, http.StatusText(er.StatusCode), redact(er.URL), redirectedHint(u.Host))
+			}
 			return fmt.Errorf("%s: %s: %s: %s", s, what, http.StatusText(er.StatusCode), credentialHint(cred, s.RepoURL))
 		}
 		if errors.Is(err, auth.ErrBasicCredentialNotFound) {

@@ -2,6 +2,7 @@ package source
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -32,4 +33,30 @@ func TestARecursiveChartEndsAtTheMemoryLimit(t *testing.T) {
 		t.Fatalf("err = %v, want %s naming the chart, without a runtime trace", err, FieldMaxRenderMemory)
 	}
 	t.Logf("%v (after %s)", err, time.Since(start).Round(time.Millisecond))
+}
+
+// A tenant's repository serves an index.yaml listing a chart in 300,000
+// versions (some 50 MB, within maxFetchBytes): the index is read and
+// parsed in the render worker, whose memory limit ends it with a clean
+// error naming the chart; deputy's process holds none of it.
+func TestAHugeIndexEndsAtTheWorkersLimits(t *testing.T) {
+	s := newChartServer(t)
+	s.open = true
+	var b strings.Builder
+	b.WriteString("apiVersion: v1\nentries:\n  web:\n")
+	for i := range 300000 {
+		fmt.Fprintf(&b, "  - {apiVersion: v2, name: web, version: 0.%d.%d, urls: [web-0.%d.%d.tgz], digest: %064x}\n", i/1000, i%1000, i/1000, i%1000, i)
+	}
+	s.mu.Lock()
+	s.files["/index.yaml"] = []byte(b.String())
+	s.mu.Unlock()
+	c := s.chartCache("s3cret")
+	c.limits = Limits{MaxRenderMemory: 64 << 20}
+	start := time.Now()
+	_, err := c.Render(t.Context(), v1alpha1.ApplicationSource{RepoURL: s.srv.URL, Chart: "web", TargetRevision: "9.x"}, "")
+	var le *LimitError
+	if !errors.As(err, &le) || le.Field != FieldMaxRenderMemory || !strings.Contains(err.Error(), "chart web 9.x from "+s.srv.URL) {
+		t.Fatalf("err = %v, want %s naming the chart", err, FieldMaxRenderMemory)
+	}
+	t.Logf("%s of index: %v (after %s)", bytesString(int64(b.Len())), err, time.Since(start).Round(time.Millisecond))
 }

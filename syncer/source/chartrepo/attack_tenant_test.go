@@ -4,8 +4,10 @@ import (
 	"archive/tar"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -236,5 +238,34 @@ func TestARedirectToAServerAskingForACredentialIsExplained(t *testing.T) {
 	}
 	if auths, _ := foreign.seen(); hasAuth(auths) {
 		t.Errorf("the redirect target got a credential: %q", auths)
+	}
+}
+
+// Plain http is spoken to loopback only, for a repository an Application
+// names there. An https repository's index.yaml must not send the render
+// worker to plain http on loopback (a sidecar's admin port, deputy's own
+// endpoints) that no project permitted: a redirect may not leave https,
+// and neither may a chart URL.
+func TestAnHTTPSIndexCannotSendTheWorkerToPlainHTTP(t *testing.T) {
+	var hits []string
+	var mu sync.Mutex
+	local := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		mu.Lock()
+		hits = append(hits, req.URL.Path)
+		mu.Unlock()
+		http.NotFound(w, req)
+	}))
+	defer local.Close()
+	archive := testChart(t, "app", "1.0.0")
+	r := newHelmRepo(t, "", "")
+	r.indexAt("", archive, "app", local.URL+"/config_dump")
+	_, err := testFetcher(t, nil, r.srv).Fetch(t.Context(), Source{RepoURL: r.srv.URL, Chart: "app", Version: "1.0.0"})
+	if err == nil || !contains(err.Error(), "chart app 1.0.0 from "+r.srv.URL, "version 1.0.0", "the chart URL "+local.URL+"/config_dump leaves https") {
+		t.Errorf("err = %v, want the chart URL refused", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(hits) != 0 {
+		t.Errorf("the loopback server was asked for %q", hits)
 	}
 }

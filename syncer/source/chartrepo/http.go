@@ -117,6 +117,11 @@ type transport struct {
 	base      http.RoundTripper
 	cred      *Credential
 	credScope credScope
+	// httpsOnly refuses plain http (also to loopback): the repository is
+	// https, and what its index or server names must not take the fetch to
+	// plain http on loopback (a sidecar's or deputy's own port) no project
+	// permitted.
+	httpsOnly bool
 	maxBytes  int64
 
 	mu       sync.Mutex
@@ -126,6 +131,9 @@ type transport struct {
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err := checkScheme(req.URL); err != nil {
 		return nil, err
+	}
+	if t.httpsOnly && req.URL.Scheme != "https" {
+		return nil, fmt.Errorf("refusing plain http to %s: the repository is served over https, and every request of its fetch (chart URLs, redirects, token realms) stays on https", req.URL.Host)
 	}
 	if t.cred != nil && t.credScope.covers(req.URL) && req.Header.Get("Authorization") == "" {
 		req = req.Clone(req.Context())
@@ -187,14 +195,15 @@ func (b *boundedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// newClient is the HTTP client of one fetch with cred for scope only.
-// A redirect may not leave https, and one to another origin loses any
-// Authorization header the caller set (net/http keeps it for a subdomain).
-func newClient(base http.RoundTripper, cred *Credential, scope credScope, maxBytes int64) (*http.Client, *transport) {
+// newClient is the HTTP client of one fetch with cred for scope only;
+// httpsOnly for a repository served over https. A redirect may not leave
+// https, and one to another origin loses any Authorization header the
+// caller set (net/http keeps it for a subdomain).
+func newClient(base http.RoundTripper, cred *Credential, scope credScope, httpsOnly bool, maxBytes int64) (*http.Client, *transport) {
 	if base == nil {
 		base = baseTransport
 	}
-	t := &transport{base: base, cred: cred, credScope: scope, maxBytes: maxBytes}
+	t := &transport{base: base, cred: cred, credScope: scope, httpsOnly: httpsOnly, maxBytes: maxBytes}
 	return &http.Client{Transport: t, CheckRedirect: func(req *http.Request, via []*http.Request) error {
 		if len(via) >= maxRedirects {
 			return fmt.Errorf("stopped after %d redirects", maxRedirects)

@@ -23,7 +23,7 @@ const newestListed = 5
 // credential.
 func (f *Fetcher) locateIndex(ctx context.Context, s Source, u *url.URL, cred *Credential) (*located, error) {
 	scope := scopeOf(u)
-	client, t := newClient(f.Transport, cred, scope, f.Limits.MaxFetchBytes)
+	client, t := newClient(f.Transport, cred, scope, u.Scheme == "https", f.Limits.MaxFetchBytes)
 	indexURL := strings.TrimSuffix(s.RepoURL, "/") + "/index.yaml"
 	data, err := get(ctx, client, t, indexURL, credentialHint(cred, s.RepoURL),
 		"the repository has no index.yaml: check that spec.source.repoURL is a Helm repository (an OCI registry is written oci://HOST/PATH)")
@@ -51,6 +51,9 @@ func (f *Fetcher) locateIndex(ctx context.Context, s Source, u *url.URL, cred *C
 	}
 	if err := checkScheme(cu); err != nil {
 		return nil, fmt.Errorf("%s: version %s: %w", s, cv.Version, err)
+	}
+	if u.Scheme == "https" && cu.Scheme != "https" {
+		return nil, fmt.Errorf("%s: version %s: the chart URL %s leaves https: an https repository's index.yaml must list https chart URLs (or relative ones): fix the repository", s, cv.Version, redact(cu))
 	}
 	digest := strings.TrimPrefix(strings.ToLower(cv.Digest), "sha256:")
 	hint := credentialHint(cred, s.RepoURL)

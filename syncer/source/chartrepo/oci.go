@@ -37,7 +37,7 @@ func (f *Fetcher) locateOCI(ctx context.Context, s Source, u *url.URL, cred *Cre
 	if err != nil {
 		return nil, fmt.Errorf("%s: %s is not an OCI repository reference: %w: fix spec.source.repoURL or spec.source.chart", s, ref, err)
 	}
-	client, t := newClient(f.Transport, nil, credScope{}, f.Limits.MaxFetchBytes)
+	client, t := newClient(f.Transport, nil, credScope{}, true, f.Limits.MaxFetchBytes)
 	ac := &auth.Client{Client: client, Cache: auth.NewCache()}
 	if cred != nil {
 		// oras answers the registry's challenge (basic, or a token from the

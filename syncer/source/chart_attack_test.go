@@ -18,6 +18,9 @@ import (
 // never deputy, and the operation fails with the memory limit named, at
 // once and cleanly, not with a runtime trace.
 func TestARecursiveChartEndsAtTheMemoryLimit(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's shadow memory fails under the worker's RLIMIT_AS with its own message")
+	}
 	s := newChartServer(t)
 	s.add(&chart.Chart{
 		Metadata:  &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "loop", Version: "1.0.0"},
@@ -40,6 +43,9 @@ func TestARecursiveChartEndsAtTheMemoryLimit(t *testing.T) {
 // parsed in the render worker, whose memory limit ends it with a clean
 // error naming the chart; deputy's process holds none of it.
 func TestAHugeIndexEndsAtTheWorkersLimits(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's shadow memory fails under the worker's RLIMIT_AS with its own message")
+	}
 	s := newChartServer(t)
 	s.open = true
 	var b strings.Builder

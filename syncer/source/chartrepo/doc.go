@@ -4,8 +4,10 @@
 // resolves a chart version or semver constraint as Helm does
 // (repo.IndexFile.Get: an exact version first, else the newest version that
 // matches; "" is the newest stable one), downloads the archive, checks its
-// sha256 against the index's digest or the OCI layer's, caches it by that
-// digest, and unpacks it within the render's limits. It also fetches a
+// sha256 against the index's digest or the OCI layer's, caches it by
+// repository, credential and digest (never by digest alone: a digest is
+// no secret), and unpacks it within the render's limits (a render's chart
+// and its dependencies together). It also fetches a
 // chart's remote dependencies (Chart.yaml dependencies whose repository is
 // https:// or oci://), each only when the project's sourceRepos permit its
 // repository (policy.CompiledProject.SourcePermitted, the one

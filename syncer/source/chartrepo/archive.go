@@ -24,19 +24,19 @@ import (
 // sha256Hex is a sha256 digest in lower-case hex.
 var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
-// archive returns r's archive: from the cache when a file there has the
-// announced digest (re-verified on every read: a file placed there with
-// other content is not trusted, and is replaced), else downloaded, checked
-// against the digest and cached (written to a temporary file, then renamed).
-// An index without a digest gets its archive downloaded every time, and not
-// cached.
-func (f *Fetcher) archive(ctx context.Context, r *located) ([]byte, error) {
+// archive returns r's archive: from the cache of s's repository when a
+// file there has the announced digest (re-verified on every read: a file
+// placed there with other content is not trusted, and is replaced), else
+// downloaded, checked against the digest and cached (written to a
+// temporary file, then renamed). An index without a digest gets its
+// archive downloaded every time, and not cached.
+func (f *Fetcher) archive(ctx context.Context, s Source, cred *Credential, r *located) ([]byte, error) {
 	if r.digest != "" && !sha256Hex.MatchString(r.digest) {
 		return nil, fmt.Errorf("the announced digest %q is not a sha256 digest: fix the repository", r.digest)
 	}
 	cached := ""
 	if f.CacheDir != "" && r.digest != "" {
-		cached = filepath.Join(f.CacheDir, "sha256-"+r.digest+".tgz")
+		cached = cachePath(f.CacheDir, s.RepoURL, cred, r.digest)
 		if data, ok := readCached(cached, r.digest, f.Limits.MaxFetchBytes); ok {
 			return data, nil
 		}
@@ -55,6 +55,22 @@ func (f *Fetcher) archive(ctx context.Context, r *located) ([]byte, error) {
 		_ = writeAtomic(cached, data)
 	}
 	return data, nil
+}
+
+// cachePath is where the archive of digest from repoURL, fetched with
+// cred, is cached: DIR/REPO/sha256-DIGEST.tgz, REPO a hash of the exact
+// repository URL and of the credential's configuration entry and username
+// (never its password). A digest is no secret: were the cache keyed by the
+// digest alone, any repository announcing the digest of a private chart
+// another repository's credential downloaded would be handed that chart.
+// Archives are shared only among fetches of the same repository with the
+// same credential, which could download them anyway.
+func cachePath(dir, repoURL string, cred *Credential, digest string) string {
+	key := "repo\x00" + repoURL
+	if cred != nil {
+		key += "\x00credential\x00" + cred.ConfigURL + "\x00" + cred.Username
+	}
+	return filepath.Join(dir, digestOf([]byte(key)), "sha256-"+digest+".tgz")
 }
 
 func digestOf(data []byte) string {
@@ -106,9 +122,12 @@ func writeAtomic(name string, data []byte) error {
 // over MaxFileBytes, a total over MaxRenderBytes or more than MaxFiles
 // entries into a *limit.Error, and an entry whose path leaves the chart
 // into an error naming it, before Helm unpacks anything.
-func unpack(data []byte, l Limits) ([]*loader.BufferedFile, error) {
-	if err := scanArchive(data, l); err != nil {
-		return nil, err
+//
+// It returns the files and the archive's unpacked size and entry count.
+func unpack(data []byte, l Limits) ([]*loader.BufferedFile, int64, int, error) {
+	size, entries, err := scanArchive(data, l)
+	if err != nil {
+		return nil, 0, 0, err
 	}
 	// The render worker unpacks one chart at a time: Helm's limits are
 	// package variables.
@@ -116,52 +135,72 @@ func unpack(data []byte, l Limits) ([]*loader.BufferedFile, error) {
 	loader.MaxDecompressedChartSize = l.MaxRenderBytes
 	files, err := loader.LoadArchiveFiles(bytes.NewReader(data))
 	if err != nil {
-		return nil, fmt.Errorf("the chart archive is not a valid chart: %w: fix the chart", err)
+		return nil, 0, 0, fmt.Errorf("the chart archive is not a valid chart: %w: fix the chart", err)
 	}
-	return files, nil
+	return files, size, entries, nil
+}
+
+// charge counts a chart's unpacked size and entries against the render's
+// limits: a render's chart and its dependencies count together, so that a
+// chart naming many dependencies, each within the limits, does not
+// multiply them.
+func (f *Fetcher) charge(size int64, entries int) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.unpackedBytes += size
+	f.unpackedFiles += entries
+	switch {
+	case f.unpackedBytes > f.Limits.MaxRenderBytes:
+		return &limit.Error{Field: limit.FieldMaxRenderBytes, What: fmt.Sprintf("the charts of this render unpacked (the chart and the dependencies fetched so far: %s)", limit.Bytes(f.unpackedBytes)), Limit: limit.Bytes(f.Limits.MaxRenderBytes)}
+	case f.unpackedFiles > f.Limits.MaxFiles:
+		return &limit.Error{Field: limit.FieldMaxFiles, What: fmt.Sprintf("the charts of this render unpacked (the chart and the dependencies fetched so far: %d entries)", f.unpackedFiles), Limit: fmt.Sprint(f.Limits.MaxFiles)}
+	}
+	return nil
 }
 
 // scanArchive checks every entry of a gzipped tar against the limits and
-// refuses paths outside the chart's directory.
-func scanArchive(data []byte, l Limits) error {
+// refuses paths outside the chart's directory. It returns the archive's
+// unpacked size and entry count.
+func scanArchive(data []byte, l Limits) (total int64, files int, err error) {
 	zr, err := gzip.NewReader(bytes.NewReader(data))
 	if err != nil {
-		return fmt.Errorf("the chart archive is not gzipped: %w: a chart is a .tgz (helm package)", err)
+		return 0, 0, fmt.Errorf("the chart archive is not gzipped: %w: a chart is a .tgz (helm package)", err)
 	}
 	defer zr.Close()
 	tr := tar.NewReader(zr)
-	var total int64
-	files := 0
 	for {
 		hd, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			return nil
+			return total, files, nil
 		}
 		if err != nil {
-			return fmt.Errorf("the chart archive is not a valid tar: %w", err)
+			return 0, 0, fmt.Errorf("the chart archive is not a valid tar: %w", err)
 		}
 		name := strings.ReplaceAll(hd.Name, `\`, "/")
 		if c := path.Clean(name); path.IsAbs(name) || c == ".." || strings.HasPrefix(c, "../") || strings.Contains("/"+name+"/", "/../") {
-			return fmt.Errorf("the chart archive's entry %q leaves the chart's directory: deputy unpacks nothing from it", hd.Name)
+			return 0, 0, fmt.Errorf("the chart archive's entry %q leaves the chart's directory: deputy unpacks nothing from it", hd.Name)
 		}
 		// Every entry counts (a stream of directory entries costs time).
 		files++
 		if files > l.MaxFiles {
-			return &limit.Error{Field: limit.FieldMaxFiles, What: fmt.Sprintf("the chart archive's entry count (entry %q, entry %d)", hd.Name, files), Limit: fmt.Sprint(l.MaxFiles)}
+			return 0, 0, &limit.Error{Field: limit.FieldMaxFiles, What: fmt.Sprintf("the chart archive's entry count (entry %q, entry %d)", hd.Name, files), Limit: fmt.Sprint(l.MaxFiles)}
 		}
-		if hd.Typeflag != tar.TypeReg {
+		// Every entry with data counts, whatever its type: tar readers (and
+		// Helm's loader) read a contiguous file, a sparse file or a device
+		// entry's data as a file's.
+		if hd.Size == 0 || hd.FileInfo().IsDir() {
 			continue
 		}
 		if hd.Size > l.MaxFileBytes {
-			return &limit.Error{Field: limit.FieldMaxFileBytes, What: fmt.Sprintf("the chart archive's file %q (%s unpacked)", hd.Name, limit.Bytes(hd.Size)), Limit: limit.Bytes(l.MaxFileBytes)}
+			return 0, 0, &limit.Error{Field: limit.FieldMaxFileBytes, What: fmt.Sprintf("the chart archive's file %q (%s unpacked)", hd.Name, limit.Bytes(hd.Size)), Limit: limit.Bytes(l.MaxFileBytes)}
 		}
 		if total += hd.Size; total > l.MaxRenderBytes {
-			return &limit.Error{Field: limit.FieldMaxRenderBytes, What: fmt.Sprintf("the chart archive unpacked (more than %s with %q)", limit.Bytes(total), hd.Name), Limit: limit.Bytes(l.MaxRenderBytes)}
+			return 0, 0, &limit.Error{Field: limit.FieldMaxRenderBytes, What: fmt.Sprintf("the chart archive unpacked (more than %s with %q)", limit.Bytes(total), hd.Name), Limit: limit.Bytes(l.MaxRenderBytes)}
 		}
 		// tar's reader returns at most the declared size: reading it
 		// checks the stream without keeping it.
 		if _, err := io.Copy(io.Discard, tr); err != nil {
-			return fmt.Errorf("the chart archive's entry %q: %w", hd.Name, err)
+			return 0, 0, fmt.Errorf("the chart archive's entry %q: %w", hd.Name, err)
 		}
 	}
 }

@@ -176,8 +176,8 @@ func TestArchivesAreVerified(t *testing.T) {
 		r.add(good, "app", "1.0.0", "", "")
 		f := testFetcher(t, nil, r.srv)
 		evil := testChart(t, "app", "6.6.6")
-		cached := filepath.Join(f.CacheDir, "sha256-"+sha(good)+".tgz")
-		if err := os.MkdirAll(f.CacheDir, 0o700); err != nil {
+		cached := cachePath(f.CacheDir, r.srv.URL, nil, sha(good))
+		if err := os.MkdirAll(filepath.Dir(cached), 0o700); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.WriteFile(cached, evil, 0o600); err != nil {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 
 	"github.com/Masterminds/semver/v3"
 	"helm.sh/helm/v3/pkg/chart/loader"
@@ -58,7 +59,8 @@ type Limits struct {
 
 // Fetcher fetches charts for one render.
 type Fetcher struct {
-	// CacheDir holds archives by digest (sha256-HEX.tgz); "" caches nothing.
+	// CacheDir holds archives by repository and digest
+	// (REPO/sha256-HEX.tgz, see cachePath); "" caches nothing.
 	CacheDir string
 	Limits   Limits
 	// Credential is sent to the origin (scheme, host, port) of
@@ -77,6 +79,14 @@ type Fetcher struct {
 	// Transport is the HTTP transport under the fetch's own (nil: net/http's
 	// default as the process started).
 	Transport http.RoundTripper
+
+	// mu guards the unpacked size and entries of every chart this Fetcher
+	// fetched: one render's chart and its dependencies, which count
+	// together against Limits.MaxRenderBytes and MaxFiles (a Fetcher
+	// serves one render).
+	mu            sync.Mutex
+	unpackedBytes int64
+	unpackedFiles int
 }
 
 // Chart is a fetched chart: its resolved version, its archive's digest and
@@ -128,11 +138,14 @@ func (f *Fetcher) fetch(ctx context.Context, s Source, cred *Credential) (*Chart
 	if err != nil {
 		return nil, err
 	}
-	data, err := f.archive(ctx, r)
+	data, err := f.archive(ctx, s, cred, r)
 	if err != nil {
 		return nil, fmt.Errorf("%s (version %s): %w", s, r.version, err)
 	}
-	files, err := unpack(data, f.Limits)
+	files, size, entries, err := unpack(data, f.Limits)
+	if err == nil {
+		err = f.charge(size, entries)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s (version %s): %w", s, r.version, err)
 	}
@@ -178,4 +191,10 @@ func credentialHint(cred *Credential, repoURL string) string {
 		return fmt.Sprintf("no credential in deputy's sync.repositories covers %s: add one whose url is the repository's (or a prefix of it on a '/' boundary)", repoURL)
 	}
 	return fmt.Sprintf("the repository refused the credential of sync.repositories entry %s: check its username and password (usernameFile/passwordFile or Secret)", cred.ConfigURL)
+}
+
+// redirectedHint says why a server the repository redirected to got no
+// credential.
+func redirectedHint(host string) string {
+	return fmt.Sprintf("%s redirected the request there, and deputy sends the repository's credential (and answers challenges) only to the repository itself: the repository must serve it, or redirect to a location that needs no credential", host)
 }

@@ -70,17 +70,60 @@ func redact(u *url.URL) string {
 	return c.String()
 }
 
+// credScope is where a fetch's credential may go: the repository's origin
+// and its path, the repository the credential was matched for and the
+// project permitted. A credential configured for a whole host reaches the
+// other paths of that host (another tenant's repository) only through
+// their own repoURL, never through a chart URL or a redirect a tenant's
+// index.yaml or server names.
+type credScope struct {
+	origin string
+	// path is the repository's decoded path without trailing slashes
+	// ("" for the root).
+	path string
+}
+
+// scopeOf is the credential scope of the repository URL u.
+func scopeOf(u *url.URL) credScope {
+	return credScope{origin: origin(u), path: strings.TrimRight(u.Path, "/")}
+}
+
+// covers reports whether a request to u may carry the credential: same
+// origin, and a path with one reading (no dot segments, encoded slashes or
+// backslashes, which a server may resolve elsewhere) at or below the
+// repository's path on a '/' boundary.
+func (c credScope) covers(u *url.URL) bool {
+	if origin(u) != c.origin {
+		return false
+	}
+	escaped := strings.ToLower(u.EscapedPath())
+	if strings.Contains(escaped, "%2f") || strings.Contains(escaped, "%5c") || strings.Contains(u.Path, `\`) {
+		return false
+	}
+	for _, seg := range strings.Split(u.Path, "/") {
+		if seg == "." || seg == ".." {
+			return false
+		}
+	}
+	return c.path == "" || u.Path == c.path || strings.HasPrefix(u.Path, c.path+"/")
+}
+
 // transport is the HTTP transport of one fetch: every request must pass
-// checkScheme; basic auth is added only to requests whose Origin is
-// credOrigin (so that neither a chart URL of index.yaml nor a redirect to
-// another scheme, host or port gets it); every response body is bounded
+// checkScheme; basic auth is added only to requests credScope covers (so
+// that neither a chart URL of index.yaml nor a redirect to another scheme,
+// host, port or path gets it); every response body is bounded
 // by Limits.MaxFetchBytes, and the first limit exceeded is kept (libraries
 // such as oras wrap or replace a body's error).
 type transport struct {
-	base       http.RoundTripper
-	cred       *Credential
-	credOrigin string
-	maxBytes   int64
+	base      http.RoundTripper
+	cred      *Credential
+	credScope credScope
+	// httpsOnly refuses plain http (also to loopback): the repository is
+	// https, and what its index or server names must not take the fetch to
+	// plain http on loopback (a sidecar's or deputy's own port) no project
+	// permitted.
+	httpsOnly bool
+	maxBytes  int64
 
 	mu       sync.Mutex
 	exceeded *limit.Error
@@ -90,7 +133,10 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err := checkScheme(req.URL); err != nil {
 		return nil, err
 	}
-	if t.cred != nil && origin(req.URL) == t.credOrigin && req.Header.Get("Authorization") == "" {
+	if t.httpsOnly && req.URL.Scheme != "https" {
+		return nil, fmt.Errorf("refusing plain http to %s: the repository is served over https, and every request of its fetch (chart URLs, redirects, token realms) stays on https", req.URL.Host)
+	}
+	if t.cred != nil && t.credScope.covers(req.URL) && req.Header.Get("Authorization") == "" {
 		req = req.Clone(req.Context())
 		req.SetBasicAuth(t.cred.Username, t.cred.Password)
 	}
@@ -153,14 +199,15 @@ func (b *boundedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// newClient is the HTTP client of one fetch with cred for credOrigin only.
-// A redirect may not leave https, and one to another origin loses any
-// Authorization header the caller set (net/http keeps it for a subdomain).
-func newClient(base http.RoundTripper, cred *Credential, credOrigin string, maxBytes int64) (*http.Client, *transport) {
+// newClient is the HTTP client of one fetch with cred for scope only;
+// httpsOnly for a repository served over https. A redirect may not leave
+// https, and one to another origin loses any Authorization header the
+// caller set (net/http keeps it for a subdomain).
+func newClient(base http.RoundTripper, cred *Credential, scope credScope, httpsOnly bool, maxBytes int64) (*http.Client, *transport) {
 	if base == nil {
 		base = baseTransport
 	}
-	t := &transport{base: base, cred: cred, credOrigin: credOrigin, maxBytes: maxBytes}
+	t := &transport{base: base, cred: cred, credScope: scope, httpsOnly: httpsOnly, maxBytes: maxBytes}
 	return &http.Client{Transport: t, CheckRedirect: func(req *http.Request, via []*http.Request) error {
 		if len(via) >= maxRedirects {
 			return fmt.Errorf("stopped after %d redirects", maxRedirects)
@@ -191,6 +238,8 @@ func get(ctx context.Context, c *http.Client, t *transport, rawURL, credHint, no
 	}
 	defer resp.Body.Close()
 	switch {
+	case (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) && resp.Request != nil && origin(resp.Request.URL) != origin(req.URL):
+		return nil, fmt.Errorf("failed to fetch %s: %s from %s: %s", redact(req.URL), resp.Status, redact(resp.Request.URL), redirectedHint(req.URL.Host))
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
 		return nil, fmt.Errorf("failed to fetch %s: %s: %s", redact(req.URL), resp.Status, credHint)
 	case resp.StatusCode == http.StatusNotFound:

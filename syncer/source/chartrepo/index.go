@@ -19,10 +19,11 @@ const newestListed = 5
 // locateIndex reads the Helm repository's index.yaml and resolves s's
 // version as Helm does (repo.IndexFile.Get). The chart URL it names is
 // resolved against the repository URL (repo.ResolveReferenceURL); it may be
-// on another host, which gets no credential.
+// on another host or outside the repository's path, which get no
+// credential.
 func (f *Fetcher) locateIndex(ctx context.Context, s Source, u *url.URL, cred *Credential) (*located, error) {
-	origin := origin(u)
-	client, t := newClient(f.Transport, cred, origin, f.Limits.MaxFetchBytes)
+	scope := scopeOf(u)
+	client, t := newClient(f.Transport, cred, scope, u.Scheme == "https", f.Limits.MaxFetchBytes)
 	indexURL := strings.TrimSuffix(s.RepoURL, "/") + "/index.yaml"
 	data, err := get(ctx, client, t, indexURL, credentialHint(cred, s.RepoURL),
 		"the repository has no index.yaml: check that spec.source.repoURL is a Helm repository (an OCI registry is written oci://HOST/PATH)")
@@ -51,9 +52,16 @@ func (f *Fetcher) locateIndex(ctx context.Context, s Source, u *url.URL, cred *C
 	if err := checkScheme(cu); err != nil {
 		return nil, fmt.Errorf("%s: version %s: %w", s, cv.Version, err)
 	}
+	if u.Scheme == "https" && cu.Scheme != "https" {
+		return nil, fmt.Errorf("%s: version %s: the chart URL %s leaves https: an https repository's index.yaml must list https chart URLs (or relative ones): fix the repository", s, cv.Version, redact(cu))
+	}
 	digest := strings.TrimPrefix(strings.ToLower(cv.Digest), "sha256:")
+	hint := credentialHint(cred, s.RepoURL)
+	if cred != nil && !scope.covers(cu) {
+		hint = fmt.Sprintf("the chart URL is outside spec.source.repoURL %s, so it gets no credential: the repository's index.yaml must list its archives at or below the repository's URL (e.g. relative URLs: charts/%s-%s.tgz)", s.RepoURL, s.Chart, cv.Version)
+	}
 	return &located{version: cv.Version, digest: digest, download: func(ctx context.Context) ([]byte, error) {
-		return get(ctx, client, t, chartURL, credentialHint(cred, s.RepoURL), "the archive index.yaml names is missing: fix the repository")
+		return get(ctx, client, t, chartURL, hint, "the archive index.yaml names is missing: fix the repository")
 	}}, nil
 }
 

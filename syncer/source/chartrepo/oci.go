@@ -37,7 +37,7 @@ func (f *Fetcher) locateOCI(ctx context.Context, s Source, u *url.URL, cred *Cre
 	if err != nil {
 		return nil, fmt.Errorf("%s: %s is not an OCI repository reference: %w: fix spec.source.repoURL or spec.source.chart", s, ref, err)
 	}
-	client, t := newClient(f.Transport, nil, "", f.Limits.MaxFetchBytes)
+	client, t := newClient(f.Transport, nil, credScope{}, true, f.Limits.MaxFetchBytes)
 	ac := &auth.Client{Client: client, Cache: auth.NewCache()}
 	if cred != nil {
 		// oras answers the registry's challenge (basic, or a token from the
@@ -53,6 +53,9 @@ func (f *Fetcher) locateOCI(ctx context.Context, s Source, u *url.URL, cred *Cre
 		}
 		var er *errcode.ErrorResponse
 		if errors.As(err, &er) && (er.StatusCode == http.StatusUnauthorized || er.StatusCode == http.StatusForbidden) {
+			if er.URL != nil && er.URL.Host != u.Host {
+				return fmt.Errorf("%s: %s: %s from %s: %s", s, what, http.StatusText(er.StatusCode), redact(er.URL), redirectedHint(u.Host))
+			}
 			return fmt.Errorf("%s: %s: %s: %s", s, what, http.StatusText(er.StatusCode), credentialHint(cred, s.RepoURL))
 		}
 		if errors.Is(err, auth.ErrBasicCredentialNotFound) {

@@ -3,6 +3,7 @@ package chartrepo
 import (
 	"archive/tar"
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
@@ -53,8 +54,15 @@ func rawArchive(t testing.TB, entries ...tarEntry) []byte {
 		if e.zeros > 0 {
 			size = e.zeros
 		}
-		if err := tw.WriteHeader(&tar.Header{Name: e.name, Mode: 0o644, Size: size, Typeflag: tar.TypeReg}); err != nil {
+		hd := &tar.Header{Name: e.name, Mode: 0o644, Size: size, Typeflag: cmp.Or(e.typ, tar.TypeReg), Linkname: e.link}
+		if e.typ == tar.TypeSymlink || e.typ == tar.TypeLink {
+			hd.Size = 0
+		}
+		if err := tw.WriteHeader(hd); err != nil {
 			t.Fatal(err)
+		}
+		if hd.Size == 0 {
+			continue
 		}
 		if e.zeros > 0 {
 			zero := make([]byte, 1<<20)
@@ -80,6 +88,9 @@ type tarEntry struct {
 	name  string
 	data  []byte
 	zeros int64
+	// typ is the entry's type (tar.TypeReg when 0); link a link's target.
+	typ  byte
+	link string
 }
 
 func sha(data []byte) string {

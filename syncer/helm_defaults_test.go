@@ -1,14 +1,9 @@
 package syncer
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/go-git/go-git/v5"
-	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -49,33 +44,11 @@ func TestHelmDefaults(t *testing.T) {
 func TestRunRendersAChartWithArgoCDsDefaults(t *testing.T) {
 	f := newEngineFixture(t, ImpersonationSettings{Enabled: true, Enforced: true})
 	f.fake.serveDiscovery = true
-	repo, err := git.PlainOpen(f.repoDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files := map[string]string{
+	f.commitFiles(t, map[string]string{
 		"chart/Chart.yaml":          "apiVersion: v2\nname: web\nversion: 0.1.0\n",
 		"chart/templates/fail.yaml": "{{ if .Values.fail }}{{ fail (printf \"release %s in %s\" .Release.Name .Release.Namespace) }}{{ end }}\n",
 		"chart/templates/cm.yaml":   "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: {{ .Release.Name }}}\n",
-	}
-	wt, err := repo.Worktree()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, content := range files {
-		if err := os.MkdirAll(filepath.Join(f.repoDir, filepath.Dir(name)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(f.repoDir, name), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := wt.Add(name); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := wt.Commit("chart", &git.CommitOptions{Author: &object.Signature{Name: "test", Email: "test@example.com", When: time.Unix(1700000000, 0)}}); err != nil {
-		t.Fatal(err)
-	}
+	})
 
 	failing := f.app(func(a *v1alpha1.Application) {
 		a.Spec.Source.Path = "chart"

@@ -130,14 +130,14 @@ type recordedOperation struct {
 	uid        types.UID
 	generation int64
 	operation  v1alpha1.Operation
-	// retryCount is the operation's status.operationState.retryCount while
+	// interruptions is the operation's status.operationState.interruptions while
 	// this term runs it (see MaxOperationAttempts).
-	retryCount int64
+	interruptions int64
 }
 
 // MaxOperationAttempts is how many times an operation is started in cluster
 // mode without ending: a leader that finds it started that many times (its
-// Running state's retryCount + 1) ends it in Error instead of running it
+// Running state's interruptions + 1) ends it in Error instead of running it
 // again, so that an operation that crashes deputy does not crash every
 // replica in turn.
 const MaxOperationAttempts = 3

@@ -192,17 +192,17 @@ func (c *Controller) runRecorded(ctx context.Context, ops *Operations, app *v1al
 		return nil // this term's own finished operation, seen through a stale cache
 	}
 	st := app.Status.OperationState
-	var retryCount int64
+	var interruptions int64
 	if st != nil && st.ObservedGeneration == app.Generation {
 		if st.Phase != v1alpha1.OperationRunning {
 			return c.clearOperation(ctx, app.Namespace, app.Name, recordOf(app))
 		}
-		if attempts := st.RetryCount + 1; attempts >= MaxOperationAttempts {
+		if attempts := st.Interruptions + 1; attempts >= MaxOperationAttempts {
 			return c.endInterrupted(ctx, app, attempts)
 		}
-		retryCount = st.RetryCount + 1
+		interruptions = st.Interruptions + 1
 		c.log.Info("running an operation again: the leader that started it stopped before it ended",
-			"application", key, "startedAt", st.StartedAt.UTC().Format(time.RFC3339), "retryCount", retryCount)
+			"application", key, "startedAt", st.StartedAt.UTC().Format(time.RFC3339), "interruptions", interruptions)
 	}
 	project, err := c.opts.Projects(app)
 	if errors.Is(err, policy.ErrProjectNotUsable) {
@@ -221,15 +221,15 @@ func (c *Controller) runRecorded(ctx context.Context, ops *Operations, app *v1al
 		return err
 	}
 	rec := recordOf(app)
-	rec.retryCount = retryCount
-	if retryCount > 0 {
+	rec.interruptions = interruptions
+	if interruptions > 0 {
 		// Record the attempt before running it: if this one crashes deputy
 		// too, the next leader must see it.
 		now := metav1.Now()
 		running := &v1alpha1.OperationState{
 			Operation: *app.Operation.DeepCopy(), Phase: v1alpha1.OperationRunning,
-			Message:   fmt.Sprintf("started again after an interruption (attempt %d of at most %d)", retryCount+1, MaxOperationAttempts),
-			StartedAt: now, ObservedGeneration: app.Generation, RetryCount: retryCount,
+			Message:   fmt.Sprintf("started again after an interruption (attempt %d of at most %d)", interruptions+1, MaxOperationAttempts),
+			StartedAt: now, ObservedGeneration: app.Generation, Interruptions: interruptions,
 		}
 		if err := c.writeStatus(ctx, app.Namespace, app.Name, rec, running); err != nil {
 			return err
@@ -254,7 +254,7 @@ func (c *Controller) endInterrupted(ctx context.Context, app *v1alpha1.Applicati
 	final := &v1alpha1.OperationState{
 		Operation: *app.Operation.DeepCopy(), Phase: v1alpha1.OperationError,
 		Message:   fmt.Sprintf("the operation was interrupted %d times (deputy stopped or crashed while running it, for example on a repository that exceeds its limits) and is not run again: sync again to retry", attempts),
-		StartedAt: st.StartedAt, FinishedAt: &now, ObservedGeneration: app.Generation, RetryCount: st.RetryCount,
+		StartedAt: st.StartedAt, FinishedAt: &now, ObservedGeneration: app.Generation, Interruptions: st.Interruptions,
 	}
 	c.log.Warn("an operation was interrupted too often; it ends in Error", "application", appKey(app.Namespace, app.Name), "attempts", attempts)
 	rec := recordOf(app)

@@ -39,7 +39,7 @@ func (w *statusWriter) WriteOperationState(ctx context.Context, namespace, name 
 	if !ok {
 		return fmt.Errorf("not written: no record of the operation of %s", key)
 	}
-	state.RetryCount = rec.retryCount
+	state.Interruptions = rec.interruptions
 	// A leader that stops renewing is replaced LeaseDuration after its last
 	// renewal but notices only RenewDeadline after it: the writes must end
 	// within the difference.

@@ -147,8 +147,43 @@ type HelmFileParameter struct {
 type SyncPolicy struct {
 	// Automated syncs on Git changes and periodically.
 	Automated *SyncPolicyAutomated `json:"automated,omitempty"`
-	// SyncOptions: CreateNamespace=true, Prune=false (per Application).
+	// SyncOptions are Argo CD's sync options deputy supports (see
+	// docs/configuration.md "Sync options"): CreateNamespace=true,
+	// Prune=false, PruneLast=true, PrunePropagationPolicy=foreground|
+	// background|orphan, ServerSideApply=true, ApplyOutOfSyncOnly=true.
 	SyncOptions []string `json:"syncOptions,omitempty"`
+	// Retry retries a failed sync operation (automated or manual), Argo
+	// CD's syncPolicy.retry. Nil: a failed operation is not retried.
+	Retry *RetryStrategy `json:"retry,omitempty"`
+	// HealthTimeout (deputy's field, a Go duration such as "5m") bounds how
+	// long an operation waits for the resources of one wave to become
+	// healthy (hooks: to complete); "" uses the configuration's
+	// sync.healthTimeout. The operation also ends at
+	// sync.limits.operationTimeout.
+	HealthTimeout string `json:"healthTimeout,omitempty"`
+}
+
+// RetryStrategy is Argo CD's syncPolicy.retry: how often and how soon a
+// failed sync operation is run again.
+type RetryStrategy struct {
+	// Limit is the number of retries after the first attempt; a negative
+	// value retries without limit (Argo CD's rule); 0 means no retry.
+	Limit int64 `json:"limit,omitempty"`
+	// Backoff is the wait between attempts; nil uses Argo CD's defaults
+	// (5s, factor 2, at most 3m).
+	Backoff *Backoff `json:"backoff,omitempty"`
+}
+
+// Backoff is Argo CD's retry backoff: the n-th retry (n from 1) waits
+// min(Duration × Factor^(n-1), MaxDuration).
+type Backoff struct {
+	// Duration is the first wait, a Go duration ("5s") or a number of
+	// seconds ("5"); default 5s.
+	Duration string `json:"duration,omitempty"`
+	// Factor multiplies the wait after each retry; default 2.
+	Factor *int64 `json:"factor,omitempty"`
+	// MaxDuration caps the wait, same format as Duration; default 3m.
+	MaxDuration string `json:"maxDuration,omitempty"`
 }
 
 // SyncPolicyAutomated configures automated sync.
@@ -176,6 +211,9 @@ type SyncOperation struct {
 	Revisions []string `json:"revisions,omitempty"`
 	// Prune deletes tracked objects that are no longer rendered.
 	Prune bool `json:"prune,omitempty"`
+	// HealthTimeout overrides spec.syncPolicy.healthTimeout for this
+	// operation (a Go duration); "" keeps it.
+	HealthTimeout string `json:"healthTimeout,omitempty"`
 	// DryRun sends every write with dryRun=All.
 	DryRun bool `json:"dryRun,omitempty"`
 }
@@ -190,8 +228,52 @@ type InitiatedBy struct {
 
 // ApplicationStatus is what deputy observed and did.
 type ApplicationStatus struct {
-	Sync           SyncStatus      `json:"sync,omitempty"`
-	OperationState *OperationState `json:"operationState,omitempty"`
+	Sync SyncStatus `json:"sync,omitempty"`
+	// Health is the Application's health: the worst health of its
+	// resources, hooks excluded (Argo CD's status.health).
+	Health HealthStatus `json:"health,omitempty"`
+	// Resources are the Application's resources as its last operation left
+	// them, hooks excluded, with their health (Argo CD's status.resources).
+	Resources      []ResourceStatus `json:"resources,omitempty"`
+	OperationState *OperationState  `json:"operationState,omitempty"`
+}
+
+// Health status codes (Argo CD's vocabulary), from best to worst as Argo CD
+// ranks them for an Application: Healthy, Suspended, Progressing, Missing,
+// Degraded, Unknown.
+const (
+	HealthStatusHealthy     = "Healthy"
+	HealthStatusSuspended   = "Suspended"
+	HealthStatusProgressing = "Progressing"
+	HealthStatusMissing     = "Missing"
+	HealthStatusDegraded    = "Degraded"
+	HealthStatusUnknown     = "Unknown"
+)
+
+// HealthStatus is a resource's or an Application's health.
+type HealthStatus struct {
+	// Status is one of the HealthStatus* codes ("" when never assessed).
+	Status string `json:"status,omitempty"`
+	// Message says why, when not Healthy.
+	Message string `json:"message,omitempty"`
+	// LastTransitionTime is when Status last changed (Application health
+	// only).
+	LastTransitionTime *metav1.Time `json:"lastTransitionTime,omitempty"`
+}
+
+// ResourceStatus is one resource of an Application (Argo CD's
+// status.resources entry).
+type ResourceStatus struct {
+	Group     string `json:"group,omitempty"`
+	Version   string `json:"version,omitempty"`
+	Kind      string `json:"kind,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name,omitempty"`
+	// Status is the sync status: Synced or OutOfSync.
+	Status string        `json:"status,omitempty"`
+	Health *HealthStatus `json:"health,omitempty"`
+	// SyncWave is the resource's sync wave.
+	SyncWave int64 `json:"syncWave,omitempty"`
 }
 
 // Sync status codes.
@@ -242,11 +324,17 @@ type OperationState struct {
 	// change of leader and is run again.
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// RetryCount (Argo CD's field) is how many times the operation was
-	// started again after the leader running it stopped before it ended
-	// (cluster mode). The leader records it before it runs the operation;
-	// one started apps.MaxOperationAttempts times without ending is ended
-	// in Error instead of being run again.
+	// retried after it failed (spec.syncPolicy.retry).
 	RetryCount int64 `json:"retryCount,omitempty"`
+	// NextRetryAt is when the operation is retried next: set while a failed
+	// operation waits for its retry (phase Running), nil otherwise.
+	NextRetryAt *metav1.Time `json:"nextRetryAt,omitempty"`
+	// Interruptions is how many times the operation was started again
+	// after the leader running it stopped before it ended (cluster mode).
+	// The leader records it before it runs the operation; one started
+	// apps.MaxOperationAttempts times without ending is ended in Error
+	// instead of being run again.
+	Interruptions int64 `json:"interruptions,omitempty"`
 }
 
 // SyncOperationResult is the per-resource outcome of a sync.
@@ -268,6 +356,23 @@ const (
 	ResultCodePruneSkipped = "PruneSkipped"
 )
 
+// Sync phases (Argo CD's SyncPhase), in the order they run; SyncFail runs
+// only when an earlier phase failed.
+const (
+	SyncPhasePreSync  = "PreSync"
+	SyncPhaseSync     = "Sync"
+	SyncPhasePostSync = "PostSync"
+	SyncPhaseSyncFail = "SyncFail"
+)
+
+// Hook phases (Argo CD's OperationPhase of a hook).
+const (
+	HookPhaseRunning   = "Running"
+	HookPhaseSucceeded = "Succeeded"
+	HookPhaseFailed    = "Failed"
+	HookPhaseError     = "Error"
+)
+
 // ResourceResult is what happened to one object.
 type ResourceResult struct {
 	Group     string `json:"group"`
@@ -278,4 +383,17 @@ type ResourceResult struct {
 	// Status is Synced, SyncFailed, Pruned or PruneSkipped.
 	Status  string `json:"status,omitempty"`
 	Message string `json:"message,omitempty"`
+	// HookType is the hook's type (PreSync, Sync, PostSync, SyncFail) for a
+	// hook resource, "" otherwise (Argo CD's field).
+	HookType string `json:"hookType,omitempty"`
+	// HookPhase is a hook's progress: Running, Succeeded, Failed or Error
+	// (Argo CD's field).
+	HookPhase string `json:"hookPhase,omitempty"`
+	// SyncPhase is the phase the resource ran in (Argo CD's field).
+	SyncPhase string `json:"syncPhase,omitempty"`
+	// SyncWave is the resource's wave within its phase.
+	SyncWave int64 `json:"syncWave,omitempty"`
+	// Health is the resource's health when the operation last looked
+	// (deputy's field; Argo CD keeps it in status.resources only).
+	Health *HealthStatus `json:"health,omitempty"`
 }

@@ -140,6 +140,42 @@ func (in *SyncPolicy) DeepCopyInto(out *SyncPolicy) {
 	*out = *in
 	out.Automated = in.Automated.DeepCopy()
 	out.SyncOptions = appProjectCopyStrings(in.SyncOptions)
+	out.Retry = in.Retry.DeepCopy()
+}
+
+// DeepCopyInto copies the receiver into out; in must be non-nil.
+func (in *RetryStrategy) DeepCopyInto(out *RetryStrategy) {
+	*out = *in
+	out.Backoff = in.Backoff.DeepCopy()
+}
+
+// DeepCopy returns a deep copy of the RetryStrategy, or nil for a nil receiver.
+func (in *RetryStrategy) DeepCopy() *RetryStrategy {
+	if in == nil {
+		return nil
+	}
+	out := new(RetryStrategy)
+	in.DeepCopyInto(out)
+	return out
+}
+
+// DeepCopyInto copies the receiver into out; in must be non-nil.
+func (in *Backoff) DeepCopyInto(out *Backoff) {
+	*out = *in
+	if in.Factor != nil {
+		f := *in.Factor
+		out.Factor = &f
+	}
+}
+
+// DeepCopy returns a deep copy of the Backoff, or nil for a nil receiver.
+func (in *Backoff) DeepCopy() *Backoff {
+	if in == nil {
+		return nil
+	}
+	out := new(Backoff)
+	in.DeepCopyInto(out)
+	return out
 }
 
 // DeepCopy returns a deep copy of the SyncPolicy, or nil for a nil receiver.
@@ -218,7 +254,38 @@ func (in *InitiatedBy) DeepCopy() *InitiatedBy {
 func (in *ApplicationStatus) DeepCopyInto(out *ApplicationStatus) {
 	*out = *in
 	in.Sync.DeepCopyInto(&out.Sync)
+	in.Health.DeepCopyInto(&out.Health)
+	if in.Resources != nil {
+		out.Resources = make([]ResourceStatus, len(in.Resources))
+		for i := range in.Resources {
+			in.Resources[i].DeepCopyInto(&out.Resources[i])
+		}
+	}
 	out.OperationState = in.OperationState.DeepCopy()
+}
+
+// DeepCopyInto copies the receiver into out; in must be non-nil.
+func (in *HealthStatus) DeepCopyInto(out *HealthStatus) {
+	*out = *in
+	if in.LastTransitionTime != nil {
+		out.LastTransitionTime = in.LastTransitionTime.DeepCopy()
+	}
+}
+
+// DeepCopy returns a deep copy of the HealthStatus, or nil for a nil receiver.
+func (in *HealthStatus) DeepCopy() *HealthStatus {
+	if in == nil {
+		return nil
+	}
+	out := new(HealthStatus)
+	in.DeepCopyInto(out)
+	return out
+}
+
+// DeepCopyInto copies the receiver into out; in must be non-nil.
+func (in *ResourceStatus) DeepCopyInto(out *ResourceStatus) {
+	*out = *in
+	out.Health = in.Health.DeepCopy()
 }
 
 // DeepCopy returns a deep copy of the ApplicationStatus, or nil for a nil receiver.
@@ -256,6 +323,9 @@ func (in *OperationState) DeepCopyInto(out *OperationState) {
 		out.FinishedAt = in.FinishedAt.DeepCopy()
 	}
 	out.SyncResult = in.SyncResult.DeepCopy()
+	if in.NextRetryAt != nil {
+		out.NextRetryAt = in.NextRetryAt.DeepCopy()
+	}
 }
 
 // DeepCopy returns a deep copy of the OperationState, or nil for a nil receiver.
@@ -293,6 +363,7 @@ func (in *SyncOperationResult) DeepCopy() *SyncOperationResult {
 // DeepCopyInto copies the receiver into out; in must be non-nil.
 func (in *ResourceResult) DeepCopyInto(out *ResourceResult) {
 	*out = *in
+	out.Health = in.Health.DeepCopy()
 }
 
 // DeepCopy returns a copy of the ResourceResult, or nil for a nil receiver.

@@ -34,6 +34,12 @@ type Request struct {
 	Sync v1alpha1.SyncOperation
 	// InitiatedBy says who asked.
 	InitiatedBy v1alpha1.InitiatedBy
+	// Previous is the final state of this operation's previous attempt
+	// when this run is a retry (spec.syncPolicy.retry), nil otherwise. Its
+	// hooks that succeeded are not run again when this run renders the same
+	// revisions (their results are carried over); hooks that failed or did
+	// not finish run again.
+	Previous *v1alpha1.OperationState
 }
 
 // Progress receives each resource's result as soon as it is known, and the

@@ -24,6 +24,9 @@ import (
 // otherwise.
 const DefaultParallelism = 8
 
+// DefaultHealthTimeout is EngineOptions.HealthTimeout's default.
+const DefaultHealthTimeout = 5 * time.Minute
+
 // InClusterServer and InClusterName are how Argo CD (and deputy) name the
 // cluster deputy runs in.
 const (
@@ -70,6 +73,11 @@ type EngineOptions struct {
 	// operation (Source.Limits.OperationTimeout bounds Run and
 	// DeleteResources).
 	Source source.Options
+	// HealthTimeout bounds the wait for the resources of one wave to become
+	// healthy (hooks: to complete) when neither the operation nor the
+	// Application's spec.syncPolicy.healthTimeout sets one. Default
+	// DefaultHealthTimeout.
+	HealthTimeout time.Duration
 	// Parallelism bounds the requests in flight inside one apply group, and
 	// the permission checks of the preflight. Default DefaultParallelism.
 	Parallelism int
@@ -111,6 +119,9 @@ func NewEngine(opts EngineOptions) (*Engine, error) {
 	}
 	if opts.Parallelism <= 0 {
 		opts.Parallelism = DefaultParallelism
+	}
+	if opts.HealthTimeout <= 0 {
+		opts.HealthTimeout = DefaultHealthTimeout
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"deputy.dev/deputy/policy/v1alpha1"
+	"deputy.dev/deputy/syncer/health"
 )
 
 const (
@@ -32,21 +33,22 @@ const (
 // Git leaves them out. Without force, one hand edit would make every later
 // sync fail until someone resolves the conflict by hand.
 
-// apply runs the apply groups in order (Namespaces, CRDs, other
-// cluster-scoped, namespaced), each in waves of kind rank, the objects of a
-// wave in parallel (Parallelism). A failed object fails alone: the others
-// are still applied.
-func (op *operation) apply(ctx context.Context, cl *clients, p *plan, pf *preflightResult) {
-	if p.createNamespace != "" {
-		op.createNamespace(ctx, cl, p, pf)
-	}
-	for _, g := range groups(p.objects) {
-		for _, w := range waves(g) {
-			parallel(len(w), op.e.opts.Parallelism, func(i int) { op.applyOne(ctx, cl, p, pf, w[i]) },
-				func(i int, r any) { op.panicked(w[i], r) })
-		}
-		if g[0].group == groupCRDs && !op.req.Sync.DryRun {
-			op.waitEstablished(ctx, cl, g)
+// applyStep applies one step's objects: runs of equal kind rank one after
+// the other, the objects of a run in parallel (Parallelism); after the
+// CustomResourceDefinitions of the step, it waits until they are
+// Established. A failed object fails alone: the others of the step are
+// still applied.
+func (op *operation) applyStep(ctx context.Context, cl *clients, p *plan, pf *preflightResult, st step) {
+	for _, run := range runs(st.objects) {
+		parallel(len(run), op.e.opts.Parallelism, func(i int) {
+			if run[i].hook {
+				op.runHook(ctx, cl, p, pf, run[i])
+			} else {
+				op.applyOne(ctx, cl, p, pf, run[i])
+			}
+		}, func(i int, r any) { op.panicked(run[i], r) })
+		if run[0].group == groupCRDs && !op.req.Sync.DryRun {
+			op.waitEstablished(ctx, cl, run)
 		}
 	}
 }
@@ -103,14 +105,17 @@ func (op *operation) applyOne(ctx context.Context, cl *clients, p *plan, pf *pre
 		return
 	}
 	body := o.body
-	created, err := cl.apply(ctx, o.gvr, o.namespace(), o.name(), body, dry)
+	live, created, err := cl.apply(ctx, o.gvr, o.namespace(), o.name(), body, dry)
 	if err != nil && o.crdDefined && !dry && apierrors.IsNotFound(err) {
 		// Its definition was just established; the resource may take a
 		// moment to be served.
 		deadline := time.Now().Add(crdServeTimeout)
 		for err != nil && apierrors.IsNotFound(err) && time.Now().Before(deadline) && sleep(ctx, pollInterval) {
-			created, err = cl.apply(ctx, o.gvr, o.namespace(), o.name(), body, dry)
+			live, created, err = cl.apply(ctx, o.gvr, o.namespace(), o.name(), body, dry)
 		}
+	}
+	if err == nil && !dry {
+		o.keepLive(live)
 	}
 	if err != nil && dry && apierrors.IsNotFound(err) {
 		switch {
@@ -241,4 +246,17 @@ func parallel(n, limit int, f func(i int), panicked func(i int, r any)) {
 		}(i)
 	}
 	wg.Wait()
+}
+
+// keepLive keeps what the server returned for an object whose health (or
+// hook phase) is read, so that waiting starts from it.
+func (o *planObject) keepLive(raw []byte) {
+	if !o.hook && health.Statusless(o.gvk.Group, o.gvk.Kind) {
+		return
+	}
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(raw); err != nil {
+		return // waiting reads it instead
+	}
+	o.live, o.liveRV = u, u.GetResourceVersion()
 }

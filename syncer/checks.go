@@ -1,6 +1,8 @@
 package syncer
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"fmt"
 	"strings"
 
@@ -35,14 +37,25 @@ func checkDestination(c *policy.CompiledProject, projectName, server, name, name
 	return fmt.Errorf("application destination server '%s' and namespace '%s' do not match any of the allowed destinations in project '%s': add the destination to the AppProject's spec.destinations", server, namespace, projectName)
 }
 
-// syncOptions are the Application-level syncOptions deputy understands.
+// syncOptions are the Application-level syncOptions deputy understands
+// (Argo CD's spelling): CreateNamespace=true, Prune=false,
+// PrunePropagationPolicy=foreground|background|orphan. PruneLast=true,
+// ServerSideApply=true and ApplyOutOfSyncOnly=true are what deputy always
+// does (prune runs after the last wave; every apply is server-side; objects
+// unchanged since deputy applied them are not sent); options deputy does not
+// implement are ignored, as Argo CD ignores unknown ones.
 type syncOptions struct {
 	createNamespace bool
 	pruneDisabled   bool
+	// propagation is prune's deletion propagation; Background unless
+	// PrunePropagationPolicy says otherwise (Argo CD defaults to
+	// foreground, which leaves an object in place until the garbage
+	// collector removed its dependents, and for ever where none runs).
+	propagation metav1.DeletionPropagation
 }
 
 func parseSyncOptions(p *v1alpha1.SyncPolicy) syncOptions {
-	var o syncOptions
+	o := syncOptions{propagation: metav1.DeletePropagationBackground}
 	if p == nil {
 		return o
 	}
@@ -53,6 +66,10 @@ func parseSyncOptions(p *v1alpha1.SyncPolicy) syncOptions {
 			o.createNamespace = true
 		case k == "Prune" && strings.EqualFold(v, "false"):
 			o.pruneDisabled = true
+		case k == "PrunePropagationPolicy" && strings.EqualFold(v, "foreground"):
+			o.propagation = metav1.DeletePropagationForeground
+		case k == "PrunePropagationPolicy" && strings.EqualFold(v, "orphan"):
+			o.propagation = metav1.DeletePropagationOrphan
 		}
 	}
 	return o

@@ -36,6 +36,8 @@ type clients struct {
 	raw *rest.RESTClient
 	// meta lists object metadata (prune).
 	meta metadata.Interface
+	// dyn reads, watches and creates whole objects (health, hooks).
+	dyn dynamic.Interface
 	// kube is the typed clientset (SelfSubjectAccessReviews, namespaces).
 	kube kubernetes.Interface
 	// mapper maps kinds to resources, from discovery made as the identity.
@@ -116,6 +118,9 @@ func (op *operation) clientsFor(ctx context.Context, server string, id identity)
 	if cl.meta, err = metadata.NewForConfigAndClient(cfg, httpClient); err != nil {
 		return nil, err
 	}
+	if cl.dyn, err = dynamic.NewForConfigAndClient(cfg, httpClient); err != nil {
+		return nil, err
+	}
 	if cl.kube, err = kubernetes.NewForConfigAndClient(cfg, httpClient); err != nil {
 		return nil, err
 	}
@@ -165,8 +170,9 @@ func resourcePath(gvr schema.GroupVersionResource, namespace, name string) strin
 }
 
 // apply sends one server-side apply (field manager "deputy", conflicts
-// forced) and reports whether it created the object.
-func (cl *clients) apply(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string, body []byte, dryRun bool) (created bool, err error) {
+// forced) and returns the object as the server returned it (JSON) and
+// whether it created it.
+func (cl *clients) apply(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string, body []byte, dryRun bool) (live []byte, created bool, err error) {
 	req := cl.raw.Patch(types.ApplyPatchType).AbsPath(resourcePath(gvr, namespace, name)).
 		Param("fieldManager", FieldManager).Param("force", "true").Body(body)
 	if dryRun {
@@ -175,7 +181,8 @@ func (cl *clients) apply(ctx context.Context, gvr schema.GroupVersionResource, n
 	res := req.Do(ctx)
 	var code int
 	res.StatusCode(&code)
-	return code == http.StatusCreated, res.Error()
+	live, err = res.Raw()
+	return live, code == http.StatusCreated, err
 }
 
 // exists reports whether the identity sees the object (false with an error

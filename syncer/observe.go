@@ -10,6 +10,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+
+	"deputy.dev/deputy/policy/v1alpha1"
+	"deputy.dev/deputy/syncer/health"
 )
 
 // listPageSize is the page size of the preflight's lists (metadata only).
@@ -27,6 +30,8 @@ type listTarget struct {
 	namespace string
 	// prune: prune needs this list (its permission is required).
 	prune bool
+	// rendered: rendered objects live here.
+	rendered bool
 }
 
 func (t listTarget) key() scopeKey { return scopeKey{t.gvr.Group, t.gvr.Resource, t.namespace} }
@@ -39,6 +44,7 @@ func listTargets(p *plan) []listTarget {
 	add := func(t listTarget) {
 		if i, ok := index[t.key()]; ok {
 			out[i].prune = out[i].prune || t.prune
+			out[i].rendered = out[i].rendered || t.rendered
 			return
 		}
 		index[t.key()] = len(out)
@@ -46,7 +52,7 @@ func listTargets(p *plan) []listTarget {
 	}
 	for _, o := range p.objects {
 		if !o.crdDefined {
-			add(listTarget{gvk: o.gvk, gvr: o.gvr, namespace: o.namespace()})
+			add(listTarget{gvk: o.gvk, gvr: o.gvr, namespace: o.namespace(), rendered: true})
 		}
 	}
 	for _, s := range p.pruneScopes {
@@ -77,6 +83,10 @@ type liveObject struct {
 	// of the object itself: nobody else has written it since.
 	soleApplier bool
 	deleting    bool
+	// health is the object's health when the list returned whole objects
+	// (kinds with a status), and listRV the list's resourceVersion.
+	health *v1alpha1.HealthStatus
+	listRV string
 }
 
 // trackedByOther returns the other Application that tracks the object
@@ -133,30 +143,21 @@ func (op *operation) observe(ctx context.Context, cl *clients, targets []listTar
 	)
 	parallel(len(targets), op.e.opts.Parallelism, func(i int) {
 		t := targets[i]
-		var items []metav1.PartialObjectMetadata
-		opts := metav1.ListOptions{Limit: listPageSize}
-		for {
-			list, err := cl.meta.Resource(t.gvr).Namespace(t.namespace).List(ctx, opts)
-			if apierrors.IsNotFound(err) {
-				break // the resource is not served: nothing exists
-			}
-			if err != nil {
-				if t.prune {
-					where := "cluster-wide"
-					if t.namespace != "" {
-						where = "in namespace " + t.namespace
-					}
-					mu.Lock()
-					problems = append(problems, fmt.Sprintf("prune: cannot list %s %s: %v", resourceString(t.gvr.Group, t.gvr.Resource), where, err))
-					mu.Unlock()
+		items, healths, err := op.list(ctx, cl, t)
+		if apierrors.IsNotFound(err) {
+			err = nil // the resource is not served: nothing exists
+		}
+		if err != nil {
+			if t.prune {
+				where := "cluster-wide"
+				if t.namespace != "" {
+					where = "in namespace " + t.namespace
 				}
-				return
+				mu.Lock()
+				problems = append(problems, fmt.Sprintf("prune: cannot list %s %s: %v", resourceString(t.gvr.Group, t.gvr.Resource), where, err))
+				mu.Unlock()
 			}
-			items = append(items, list.Items...)
-			if list.Continue == "" {
-				break
-			}
-			opts.Continue = list.Continue
+			return
 		}
 		var cands []*pruneCandidate
 		if t.prune {
@@ -169,6 +170,9 @@ func (op *operation) observe(ctx context.Context, cl *clients, targets []listTar
 			k := objKey{group: t.gvk.Group, kind: t.gvk.Kind, namespace: items[j].Namespace, name: items[j].Name}
 			if rendered[k] {
 				out.live[k] = liveFrom(&items[j])
+				if healths != nil {
+					out.live[k].health, out.live[k].listRV = healths[j].health, healths[j].rv
+				}
 			}
 		}
 		for _, c := range cands {
@@ -185,4 +189,48 @@ func (op *operation) observe(ctx context.Context, cl *clients, targets []listTar
 	sort.Slice(out.candidates, func(i, j int) bool { return keyLess(out.candidates[i].key(), out.candidates[j].key()) })
 	sort.Strings(problems)
 	return out, problems
+}
+
+// listedHealth is the health of one listed object and the list's
+// resourceVersion.
+type listedHealth struct {
+	health *v1alpha1.HealthStatus
+	rv     string
+}
+
+// list lists one target, paged, as the identity: metadata only, or whole
+// objects where rendered objects of a kind with a status live (a sync then
+// knows their health without reading them again; healths is nil
+// otherwise).
+func (op *operation) list(ctx context.Context, cl *clients, t listTarget) (items []metav1.PartialObjectMetadata, healths []listedHealth, err error) {
+	opts := metav1.ListOptions{Limit: listPageSize}
+	whole := t.rendered && !op.deleting && !op.req.Sync.DryRun && !health.Statusless(t.gvk.Group, t.gvk.Kind)
+	for {
+		if !whole {
+			list, err := cl.meta.Resource(t.gvr).Namespace(t.namespace).List(ctx, opts)
+			if err != nil {
+				return nil, nil, err
+			}
+			items = append(items, list.Items...)
+			opts.Continue = list.Continue
+		} else {
+			list, err := cl.dyn.Resource(t.gvr).Namespace(t.namespace).List(ctx, opts)
+			if err != nil {
+				return nil, nil, err
+			}
+			for i := range list.Items {
+				u := &list.Items[i]
+				items = append(items, metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
+					Name: u.GetName(), Namespace: u.GetNamespace(), UID: u.GetUID(), Annotations: u.GetAnnotations(),
+					ManagedFields: u.GetManagedFields(), DeletionTimestamp: u.GetDeletionTimestamp(), OwnerReferences: u.GetOwnerReferences(),
+				}})
+				h := health.Assess(u)
+				healths = append(healths, listedHealth{health: &h, rv: list.GetResourceVersion()})
+			}
+			opts.Continue = list.GetContinue()
+		}
+		if opts.Continue == "" {
+			return items, healths, nil
+		}
+	}
 }

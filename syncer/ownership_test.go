@@ -179,8 +179,7 @@ func ownershipSync(t *testing.T, c *ownershipCluster, prune, dryRun bool, render
 	if pf, err := op.preflight(t.Context(), cl, id, p); err != nil {
 		op.fail(err)
 	} else {
-		op.apply(t.Context(), cl, p, pf)
-		op.prune(t.Context(), cl, p, pf)
+		op.run(t.Context(), cl, p, pf)
 	}
 	return op.finish()
 }

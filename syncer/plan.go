@@ -1,6 +1,7 @@
 package syncer
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -15,10 +16,12 @@ import (
 
 	"deputy.dev/deputy/policy"
 	"deputy.dev/deputy/policy/v1alpha1"
+	"deputy.dev/deputy/syncer/waves"
 )
 
-// applyGroup is an apply phase; groups run in this order, one after the
-// other, and the objects inside one group in waves of kindOrder.
+// applyGroup is what kind of object a plan object is, for the steps that
+// depend on it: a CustomResourceDefinition is waited for until Established,
+// and prune deletes namespaced objects first and Namespaces last.
 type applyGroup int
 
 const (
@@ -30,34 +33,6 @@ const (
 
 func (g applyGroup) String() string {
 	return [...]string{"namespaces", "custom resource definitions", "cluster-scoped", "namespaced"}[g]
-}
-
-// kindOrder is the order of kinds inside a group (Helm's and Argo CD
-// gitops-engine's install order): what others refer to goes first, so that
-// for instance a RoleBinding is applied after the Role it binds (the
-// apiserver's escalation check needs the Role to exist). Kinds of one order
-// are applied in parallel; unknown kinds go last.
-var kindOrder = func() map[string]int {
-	kinds := []string{
-		"Namespace", "NetworkPolicy", "ResourceQuota", "LimitRange", "PodSecurityPolicy", "PodDisruptionBudget",
-		"ServiceAccount", "Secret", "SecretList", "ConfigMap", "StorageClass", "PersistentVolume",
-		"PersistentVolumeClaim", "CustomResourceDefinition", "ClusterRole", "ClusterRoleList", "ClusterRoleBinding",
-		"ClusterRoleBindingList", "Role", "RoleList", "RoleBinding", "RoleBindingList", "Service", "DaemonSet", "Pod",
-		"ReplicationController", "ReplicaSet", "Deployment", "HorizontalPodAutoscaler", "StatefulSet", "Job",
-		"CronJob", "IngressClass", "Ingress", "APIService",
-	}
-	m := make(map[string]int, len(kinds))
-	for i, k := range kinds {
-		m[k] = i
-	}
-	return m
-}()
-
-func kindRank(kind string) int {
-	if r, ok := kindOrder[kind]; ok {
-		return r
-	}
-	return len(kindOrder)
 }
 
 // objKey identifies an object across versions.
@@ -89,6 +64,21 @@ type planObject struct {
 	rank       int
 	key        objKey
 	slot       int
+	// phase and wave place it in the sync (package waves); hook: it is a
+	// hook of phase (created each sync, waited for until it completes,
+	// never pruned), with place's delete policies; generated: a hook named
+	// by metadata.generateName (the server names it when it is created).
+	phase     string
+	wave      int
+	hook      bool
+	generated bool
+	place     waves.Placement
+	// live is the object as the apply (or create) returned it, when its
+	// health or hook phase is read from it; liveRV the resourceVersion to
+	// watch it from; createdName the name the server gave a generated hook.
+	live        *unstructured.Unstructured
+	liveRV      string
+	createdName string
 	// body is the server-side apply request body; digest its
 	// appliedDigestAnnotation.
 	body   []byte
@@ -99,11 +89,24 @@ type planObject struct {
 }
 
 func (o *planObject) namespace() string { return o.obj.GetNamespace() }
-func (o *planObject) name() string      { return o.obj.GetName() }
+func (o *planObject) name() string {
+	if o.createdName != "" {
+		return o.createdName
+	}
+	return o.obj.GetName()
+}
 
 func (o *planObject) result(status, message string) *v1alpha1.ResourceResult {
-	return &v1alpha1.ResourceResult{Group: o.gvk.Group, Version: o.gvk.Version, Kind: o.gvk.Kind,
-		Namespace: o.namespace(), Name: o.name(), Status: status, Message: message}
+	r := &v1alpha1.ResourceResult{Group: o.gvk.Group, Version: o.gvk.Version, Kind: o.gvk.Kind,
+		Namespace: o.namespace(), Name: o.name(), Status: status, Message: message,
+		SyncPhase: o.phase, SyncWave: int64(o.wave)}
+	if o.hook {
+		r.HookType = o.phase
+		if r.Name == "" {
+			r.Name = o.obj.GetGenerateName()
+		}
+	}
+	return r
 }
 
 // pruneScope is one (resource, namespace) to list for prune ("" namespace
@@ -190,7 +193,15 @@ func (op *operation) plan(ctx context.Context, cl *clients, compiled *policy.Com
 		}
 	}
 	for _, u := range objs {
-		o, problem := op.planOne(ctx, cl.mapper, compiled, crds, u)
+		place, err := waves.Place(u)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s %q (apiVersion %s): %v", u.GetKind(), cmp.Or(u.GetName(), u.GetGenerateName()), u.GetAPIVersion(), err))
+			continue
+		}
+		if len(place.Phases) == 0 {
+			continue // Skip, or a hook no sync runs
+		}
+		o, problem := op.planOne(ctx, cl.mapper, compiled, crds, u, place.Hook)
 		if problem != "" {
 			problems = append(problems, problem)
 			continue
@@ -200,7 +211,11 @@ func (op *operation) plan(ctx context.Context, cl *clients, compiled *policy.Com
 			continue
 		}
 		p.rendered[o.key] = true
-		p.objects = append(p.objects, o)
+		for _, phase := range place.Phases {
+			c := *o
+			c.phase, c.wave, c.hook, c.place = phase, place.Wave, place.Hook, place
+			p.objects = append(p.objects, &c)
+		}
 	}
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("the manifests break AppProject %q or cannot be applied (%d problems; nothing was changed):\n  - %s",
@@ -225,18 +240,26 @@ func (op *operation) plan(ctx context.Context, cl *clients, compiled *policy.Com
 }
 
 // planOne maps and checks one object; a non-empty problem rejects it.
-func (op *operation) planOne(ctx context.Context, mapper meta.RESTMapperWithContext, compiled *policy.CompiledProject, crds map[schema.GroupKind]crdInfo, u *unstructured.Unstructured) (*planObject, string) {
+func (op *operation) planOne(ctx context.Context, mapper meta.RESTMapperWithContext, compiled *policy.CompiledProject, crds map[schema.GroupKind]crdInfo, u *unstructured.Unstructured, hook bool) (*planObject, string) {
 	gvk := u.GroupVersionKind()
 	o := &planObject{obj: u, gvk: gvk}
-	what := fmt.Sprintf("%s %q (apiVersion %s)", gvk.Kind, u.GetName(), u.GetAPIVersion())
-	if u.GetName() == "" {
-		if u.GetGenerateName() != "" {
-			return nil, what + " uses metadata.generateName: server-side apply needs metadata.name"
+	what := fmt.Sprintf("%s %q (apiVersion %s)", gvk.Kind, cmp.Or(u.GetName(), u.GetGenerateName()), u.GetAPIVersion())
+	switch {
+	case u.GetName() == "" && u.GetGenerateName() != "" && hook:
+		// A hook may be named by the server (Argo CD's hooks with
+		// generateName): it is created, not applied.
+		o.generated = true
+		if msgs := pathvalidation.IsValidPathSegmentName(u.GetGenerateName()); len(msgs) > 0 {
+			return nil, fmt.Sprintf("%s has an invalid metadata.generateName: %s", what, strings.Join(msgs, "; "))
 		}
+	case u.GetName() == "" && u.GetGenerateName() != "":
+		return nil, what + " uses metadata.generateName: server-side apply needs metadata.name (only a hook may use generateName)"
+	case u.GetName() == "":
 		return nil, what + " has no metadata.name"
-	}
-	if msgs := pathvalidation.IsValidPathSegmentName(u.GetName()); len(msgs) > 0 {
-		return nil, fmt.Sprintf("%s has an invalid name: %s", what, strings.Join(msgs, "; "))
+	default:
+		if msgs := pathvalidation.IsValidPathSegmentName(u.GetName()); len(msgs) > 0 {
+			return nil, fmt.Sprintf("%s has an invalid name: %s", what, strings.Join(msgs, "; "))
+		}
 	}
 	mapping, err := mapper.RESTMappingWithContext(ctx, gvk.GroupKind(), gvk.Version)
 	switch {
@@ -266,6 +289,10 @@ func (op *operation) planOne(ctx context.Context, mapper meta.RESTMapperWithCont
 		u.SetNamespace("")
 	}
 	o.key = objKey{group: gvk.Group, kind: gvk.Kind, namespace: u.GetNamespace(), name: u.GetName()}
+	if o.generated {
+		// No live object has this name ("*" is not valid in one).
+		o.key.name = u.GetGenerateName() + "*"
+	}
 
 	if perm := policy.ResourcePermitted(op.project, gvk.Group, gvk.Kind, u.GetName(), o.namespaced); !perm.Permitted {
 		scope := "namespaced"
@@ -288,7 +315,7 @@ func (op *operation) planOne(ctx context.Context, mapper meta.RESTMapperWithCont
 	default:
 		o.group = groupNamespaced
 	}
-	o.rank = kindRank(gvk.Kind)
+	o.rank = waves.KindRank(gvk.Kind)
 	body, digest, err := prepareForApply(u, op.tracking)
 	if err != nil {
 		return nil, fmt.Sprintf("%s cannot be encoded: %v", what, err)
@@ -329,46 +356,58 @@ func prepareForApply(u *unstructured.Unstructured, tracking string) (body []byte
 	return body, digest, err
 }
 
-// sortPlan orders objects by group, kind rank, kind, namespace and name.
+// sortPlan orders objects as Argo CD orders sync tasks (waves.Sort: phase,
+// wave, kind order, name; Namespaces and CustomResourceDefinitions pulled to
+// the first object that needs them, taking its phase and wave).
 func sortPlan(objs []*planObject) {
-	sort.SliceStable(objs, func(i, j int) bool {
-		a, b := objs[i], objs[j]
-		switch {
-		case a.group != b.group:
-			return a.group < b.group
-		case a.rank != b.rank:
-			return a.rank < b.rank
-		case a.key.kind != b.key.kind:
-			return a.key.kind < b.key.kind
-		case a.key.group != b.key.group:
-			return a.key.group < b.key.group
-		case a.key.namespace != b.key.namespace:
-			return a.key.namespace < b.key.namespace
+	items := make([]*waves.Item, len(objs))
+	for i, o := range objs {
+		items[i] = &waves.Item{Phase: o.phase, Wave: o.wave, Group: o.key.group, Kind: o.key.kind,
+			Namespace: o.key.namespace, Name: o.key.name, Index: i}
+		if o.group == groupCRDs {
+			group, _, _ := unstructured.NestedString(o.obj.Object, "spec", "group")
+			kind, _, _ := unstructured.NestedString(o.obj.Object, "spec", "names", "kind")
+			items[i].CRDGroupKind = group + "/" + kind
 		}
-		return a.key.name < b.key.name
-	})
+	}
+	waves.Sort(items)
+	sorted := make([]*planObject, len(objs))
+	for i, it := range items {
+		o := objs[it.Index]
+		o.phase, o.wave = it.Phase, it.Wave
+		sorted[i] = o
+	}
+	copy(objs, sorted)
 }
 
-// waves splits sorted objects of one group into runs of equal rank.
-func waves(objs []*planObject) [][]*planObject {
-	var out [][]*planObject
+// step is the objects of one (phase, wave), in plan order.
+type step struct {
+	phase   string
+	wave    int
+	objects []*planObject
+}
+
+// steps splits sorted objects into runs of one (phase, wave).
+func steps(objs []*planObject) []step {
+	var out []step
 	for i := 0; i < len(objs); {
 		j := i + 1
-		for j < len(objs) && objs[j].group == objs[i].group && objs[j].rank == objs[i].rank {
+		for j < len(objs) && objs[j].phase == objs[i].phase && objs[j].wave == objs[i].wave {
 			j++
 		}
-		out = append(out, objs[i:j])
+		out = append(out, step{phase: objs[i].phase, wave: objs[i].wave, objects: objs[i:j]})
 		i = j
 	}
 	return out
 }
 
-// groups splits sorted objects by apply group.
-func groups(objs []*planObject) [][]*planObject {
+// runs splits one step's objects into runs of equal kind rank: each run is
+// applied in parallel, the runs one after the other.
+func runs(objs []*planObject) [][]*planObject {
 	var out [][]*planObject
 	for i := 0; i < len(objs); {
 		j := i + 1
-		for j < len(objs) && objs[j].group == objs[i].group {
+		for j < len(objs) && objs[j].rank == objs[i].rank {
 			j++
 		}
 		out = append(out, objs[i:j])

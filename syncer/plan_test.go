@@ -83,11 +83,11 @@ func guestbookProject() *v1alpha1.AppProject {
 	return p
 }
 
-// Apply order: Namespaces, CustomResourceDefinitions, other cluster-scoped
-// objects, namespaced objects; inside a group by kind (a Role before the
-// RoleBinding that needs it), then namespace and name; objects of one kind
-// form one parallel wave.
-func TestPlanOrdersApplyGroups(t *testing.T) {
+// Apply order without waves: Argo CD's kind order (a Role before the
+// RoleBinding that needs it, a CustomResourceDefinition before its custom
+// resources, unknown kinds last), then name; objects of one kind rank form
+// one parallel run.
+func TestPlanOrdersByKind(t *testing.T) {
 	op, c := testOperation(t, guestbookProject())
 	op.project.Spec.ClusterResourceWhitelist = append(op.project.Spec.ClusterResourceWhitelist, v1alpha1.ClusterResourceRestrictionItem{Group: "rbac.authorization.k8s.io", Kind: "ClusterRole"})
 	rendered := []*unstructured.Unstructured{
@@ -108,7 +108,7 @@ func TestPlanOrdersApplyGroups(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []string
-	for _, w := range waves(p.objects) {
+	for _, w := range runs(p.objects) {
 		var wave []string
 		for _, o := range w {
 			wave = append(wave, o.key.String())
@@ -117,10 +117,10 @@ func TestPlanOrdersApplyGroups(t *testing.T) {
 	}
 	want := []string{
 		"Namespace guestbook-staging",
-		"CustomResourceDefinition.apiextensions.k8s.io widgets.example.com",
-		"ClusterRole.rbac.authorization.k8s.io cr",
 		"ServiceAccount guestbook/sa",
 		"ConfigMap guestbook/a, ConfigMap guestbook-staging/b",
+		"CustomResourceDefinition.apiextensions.k8s.io widgets.example.com",
+		"ClusterRole.rbac.authorization.k8s.io cr",
 		"Role.rbac.authorization.k8s.io guestbook/r",
 		"RoleBinding.rbac.authorization.k8s.io guestbook/rb",
 		"Service guestbook/web",
@@ -130,8 +130,8 @@ func TestPlanOrdersApplyGroups(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("waves (-want +got):\n%s", diff)
 	}
-	if n := len(groups(p.objects)); n != 4 {
-		t.Errorf("%d groups, want 4", n)
+	if n := len(steps(p.objects)); n != 1 {
+		t.Errorf("%d steps, want 1 (every object in phase Sync, wave 0)", n)
 	}
 	for _, o := range p.objects {
 		if o.obj.GetAnnotations()[TrackingAnnotation] != "argocd/guestbook" {

@@ -10,6 +10,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"deputy.dev/deputy/syncer/health"
+	"deputy.dev/deputy/syncer/waves"
 )
 
 // The preflight asks kube-apiserver, before anything is written, whether the
@@ -119,6 +122,8 @@ type preflightResult struct {
 	// trackedBy are the rendered objects another Application tracks, with
 	// that Application ("NAMESPACE/NAME"): apply fails them, untouched.
 	trackedBy map[objKey]string
+	// live is what the lists and reads found of the rendered objects.
+	live map[objKey]*liveObject
 }
 
 // preflightError is a failed preflight: the permissions missing, and the
@@ -189,6 +194,7 @@ func (op *operation) preflight(ctx context.Context, cl *clients, id identity, p 
 	}
 	seen, problems := op.observe(ctx, cl, listable, p.rendered)
 	res.candidates = seen.candidates
+	res.live = seen.live
 	read, readMissing, readProblems := op.readUnlisted(ctx, cl, p, seen)
 	missing = append(missing, readMissing...)
 	problems = append(problems, readProblems...)
@@ -205,18 +211,15 @@ func (op *operation) preflight(ctx context.Context, cl *clients, id identity, p 
 			res.trackedBy[o.key] = other
 			continue // never sent: it needs no permission
 		}
-		if known && live.unchangedFrom(o.digest) {
+		if !o.hook && known && live.unchangedFrom(o.digest) {
 			o.unchanged = true
+			if live.health == nil && op.readsHealth(o) {
+				checks.add("get", o.gvr, o.namespace(), o.name(), o.key.String()+" (to read its health)")
+				checks.add("watch", o.gvr, o.namespace(), o.name(), o.key.String()+" (to wait until it is healthy)")
+			}
 			continue
 		}
-		what := o.key.String()
-		checks.add("patch", o.gvr, o.namespace(), o.name(), what)
-		if !known || live == nil {
-			checks.add("create", o.gvr, o.namespace(), o.name(), what)
-		}
-		if o.group == groupCRDs && !op.req.Sync.DryRun {
-			checks.add("get", gvrCRDs, "", o.name(), what+" (to wait until it is Established)")
-		}
+		op.objectChecks(o, known, live, checks.add)
 	}
 	if p.createNamespace != "" {
 		exists, err := cl.exists(ctx, gvrNamespaces, "", p.createNamespace)
@@ -314,12 +317,12 @@ func (op *operation) neededPermissions(p *plan, res *preflightResult, scopes []l
 		if res.trackedBy[o.key] != "" {
 			continue
 		}
-		need.add("get", o.gvr, o.namespace(), o.name())
-		need.add("create", o.gvr, o.namespace(), o.name())
-		need.add("patch", o.gvr, o.namespace(), o.name())
-		if o.group == groupCRDs && !op.req.Sync.DryRun {
-			need.add("get", gvrCRDs, "", o.name())
+		if !o.generated {
+			need.add("get", o.gvr, o.namespace(), o.name())
 		}
+		op.objectChecks(o, false, nil, func(verb string, gvr schema.GroupVersionResource, namespace, name, _ string) {
+			need.add(verb, gvr, namespace, name)
+		})
 	}
 	if res.createNamespace {
 		need.add("create", gvrNamespaces, "", "")
@@ -382,7 +385,7 @@ func (g *grantSet) list() []missingPermission {
 func (op *operation) readUnlisted(ctx context.Context, cl *clients, p *plan, seen *observed) (read map[objKey]bool, missing []missingPermission, problems []string) {
 	var todo []*planObject
 	for _, o := range p.objects {
-		if !o.crdDefined && !seen.listed[scopeKey{o.gvr.Group, o.gvr.Resource, o.namespace()}] {
+		if !o.crdDefined && !o.generated && !seen.listed[scopeKey{o.gvr.Group, o.gvr.Resource, o.namespace()}] {
 			todo = append(todo, o)
 		}
 	}
@@ -467,4 +470,48 @@ func (op *operation) checkServiceAccount(ctx context.Context, cl *clients, usern
 	op.log.Info("cannot verify that the ServiceAccount exists: neither the controller identity nor the ServiceAccount may read it; the permission checks decide",
 		"serviceAccount", ns+"/"+name, "controllerError", err.Error())
 	return nil
+}
+
+// readsHealth reports whether the sync reads o back: a hook (until it
+// completes), or an object whose kind has a status, outside a dry run.
+func (op *operation) readsHealth(o *planObject) bool {
+	return !op.req.Sync.DryRun && (o.hook || !health.Statusless(o.gvk.Group, o.gvk.Kind))
+}
+
+// objectChecks adds what sending o needs: a server-side apply is "patch" on
+// its name, plus "create" on it when it may not exist yet (known: the
+// preflight knows whether it exists; live: what it found); a generated hook
+// is a "create" without a name. Waiting for its health is "watch" on its
+// name (a generated hook's name is not known yet: every name), and a
+// CustomResourceDefinition is read until Established ("get"). A hook whose
+// previous object goes first (BeforeHookCreation) needs "delete" and "get"
+// on it; delete policies that remove it after it ran need "delete".
+func (op *operation) objectChecks(o *planObject, known bool, live *liveObject, add func(verb string, gvr schema.GroupVersionResource, namespace, name, what string)) {
+	what, name := o.key.String(), o.name()
+	if o.generated {
+		what = fmt.Sprintf("%s %s/%s* (generateName)", o.gvk.Kind, o.namespace(), o.obj.GetGenerateName())
+		add("create", o.gvr, o.namespace(), "", what)
+	} else {
+		add("patch", o.gvr, o.namespace(), name, what)
+		if !known || live == nil {
+			add("create", o.gvr, o.namespace(), name, what)
+		}
+	}
+	dry := op.req.Sync.DryRun
+	if o.group == groupCRDs && !dry {
+		add("get", gvrCRDs, "", name, what+" (to wait until it is Established)")
+	}
+	if op.readsHealth(o) {
+		add("watch", o.gvr, o.namespace(), name, what+" (to wait until it is healthy)")
+	}
+	if !o.hook || dry {
+		return
+	}
+	if !o.generated && (!known || live != nil) && o.place.HasPolicy(waves.BeforeHookCreation) {
+		add("delete", o.gvr, o.namespace(), name, what+" (hook-delete-policy BeforeHookCreation: its previous object)")
+		add("get", o.gvr, o.namespace(), name, what+" (to see its previous object gone)")
+	}
+	if o.place.HasPolicy(waves.HookSucceeded) || o.place.HasPolicy(waves.HookFailed) {
+		add("delete", o.gvr, o.namespace(), name, what+" (hook-delete-policy)")
+	}
 }

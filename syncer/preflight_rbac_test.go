@@ -158,8 +158,7 @@ func preflightSync(t *testing.T, h http.Handler, prune bool, rendered ...string)
 	if pf, err := op.preflight(t.Context(), cl, id, p); err != nil {
 		op.fail(err)
 	} else {
-		op.apply(t.Context(), cl, p, pf)
-		op.prune(t.Context(), cl, p, pf)
+		op.run(t.Context(), cl, p, pf)
 	}
 	return op.finish()
 }

@@ -1,18 +1,22 @@
 package syncer
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"sort"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
 	"deputy.dev/deputy/policy"
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer/source"
+	"deputy.dev/deputy/syncer/waves"
 )
 
 // Prune deletes exactly the objects that carry this Application's tracking
@@ -29,6 +33,9 @@ type pruneCandidate struct {
 	namespace string
 	name      string
 	uid       types.UID
+	// wave is the live object's sync wave: prune deletes the highest wave
+	// first.
+	wave int
 }
 
 func (c *pruneCandidate) key() objKey {
@@ -43,10 +50,10 @@ func selectPruneCandidates(scope pruneScope, items []metav1.PartialObjectMetadat
 		if it.Annotations[TrackingAnnotation] != tracking || it.DeletionTimestamp != nil {
 			continue
 		}
-		if metav1.GetControllerOfNoCopy(it) != nil {
-			continue
+		if metav1.GetControllerOfNoCopy(it) != nil || waves.IsHook(it.Annotations) {
+			continue // a hook is created each sync and never pruned
 		}
-		c := &pruneCandidate{scope: scope, namespace: it.Namespace, name: it.Name, uid: it.UID}
+		c := &pruneCandidate{scope: scope, namespace: it.Namespace, name: it.Name, uid: it.UID, wave: waves.WaveOf(it.Annotations)}
 		if rendered[c.key()] {
 			continue
 		}
@@ -87,10 +94,17 @@ func (op *operation) prune(ctx context.Context, cl *clients, p *plan, pf *prefli
 		return
 	}
 	failed := op.countFailed()
+	op.mu.Lock()
+	failure := op.failure
+	op.mu.Unlock()
 	switch {
 	case op.req.Sync.DryRun:
 		for _, c := range pf.candidates {
 			op.record(-1, c.result(v1alpha1.ResultCodePruneSkipped, "would be pruned (dry run)"))
+		}
+	case failure != "" && failed == 0:
+		for _, c := range pf.candidates {
+			op.record(-1, c.result(v1alpha1.ResultCodePruneSkipped, "not pruned: the sync failed before prune ("+failure+")"))
 		}
 	case failed > 0:
 		for _, c := range pf.candidates {
@@ -126,11 +140,13 @@ func (op *operation) reportOrphans(ctx context.Context, cl *clients, p *plan) {
 	}
 }
 
-// deleteCandidates deletes in the reverse of the apply order (namespaced
-// objects first, Namespaces last), each group in parallel. The UID
+// deleteCandidates deletes in the reverse of the sync's order: the highest
+// sync wave first (Argo CD prunes in reverse wave order), and within a wave
+// namespaced objects first, Namespaces last, each group in parallel. When a
+// lower wave follows, it waits until the wave's objects are gone. The UID
 // precondition makes sure the object deleted is the one listed.
 func (op *operation) deleteCandidates(ctx context.Context, cl *clients, cands []*pruneCandidate) {
-	byGroup := map[applyGroup][]*pruneCandidate{}
+	var permitted []*pruneCandidate
 	for _, c := range cands {
 		// What the project no longer permits is not deleted, whoever acts:
 		// the impersonation gate would refuse it, and without impersonation
@@ -139,16 +155,47 @@ func (op *operation) deleteCandidates(ctx context.Context, cl *clients, cands []
 			op.record(-1, c.result(v1alpha1.ResultCodePruneSkipped, fmt.Sprintf("not pruned: project %s does not permit it (AppProject spec: %s)", op.project.Name, perm.Entry)))
 			continue
 		}
-		g := c.applyGroup()
-		byGroup[g] = append(byGroup[g], c)
+		permitted = append(permitted, c)
 	}
-	for g := groupNamespaced; g >= groupNamespaces; g-- {
-		list := byGroup[g]
+	sort.SliceStable(permitted, func(i, j int) bool {
+		a, b := permitted[i], permitted[j]
+		if a.wave != b.wave {
+			return a.wave > b.wave
+		}
+		return a.applyGroup() > b.applyGroup()
+	})
+	for i := 0; i < len(permitted); {
+		j := i + 1
+		for j < len(permitted) && permitted[j].wave == permitted[i].wave && permitted[j].applyGroup() == permitted[i].applyGroup() {
+			j++
+		}
+		list := permitted[i:j]
 		parallel(len(list), op.e.opts.Parallelism, func(i int) { op.deleteOne(ctx, cl, list[i]) },
 			func(i int, r any) {
 				op.record(-1, list[i].result(v1alpha1.ResultCodeSyncFailed, fmt.Sprintf("internal error in deputy's sync engine: %v", r)))
 			})
+		if j < len(permitted) && permitted[j].wave != list[0].wave {
+			op.waitGone(ctx, cl, permitted[:j])
+		}
+		i = j
 	}
+}
+
+// waitGone waits (within the health timeout) until the deleted candidates
+// are gone, before prune moves to a lower wave.
+func (op *operation) waitGone(ctx context.Context, cl *clients, cands []*pruneCandidate) {
+	timeout, err := op.healthTimeout()
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	parallel(len(cands), maxWatches, func(i int) {
+		c := cands[i]
+		_ = cl.watchUntil(ctx, c.scope.gvr, c.namespace, c.name, "", func(u *unstructured.Unstructured) bool {
+			return u == nil || u.GetUID() != c.uid
+		})
+	}, func(int, any) {})
 }
 
 func (op *operation) deleteOne(ctx context.Context, cl *clients, c *pruneCandidate) {
@@ -157,7 +204,7 @@ func (op *operation) deleteOne(ctx context.Context, cl *clients, c *pruneCandida
 	// when prune reports it Pruned, and the garbage collector removes what it
 	// owns. Foreground would leave it in place, with a finalizer, until its
 	// dependents are gone, and for ever where no garbage collector runs.
-	propagation := metav1.DeletePropagationBackground
+	propagation := cmp.Or(op.options.propagation, metav1.DeletePropagationBackground)
 	err := cl.meta.Resource(c.scope.gvr).Namespace(c.namespace).Delete(ctx, c.name, metav1.DeleteOptions{
 		Preconditions:     &metav1.Preconditions{UID: &uid},
 		PropagationPolicy: &propagation,

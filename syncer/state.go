@@ -40,6 +40,8 @@ type operation struct {
 	slots []*v1alpha1.ResourceResult
 	extra []*v1alpha1.ResourceResult
 	done  bool
+	// failure says why a step of the sync failed (run), "" while none did.
+	failure string
 }
 
 func (e *Engine) newOperation(req Request, progress Progress) *operation {
@@ -114,8 +116,7 @@ func (op *operation) sync(ctx context.Context) {
 		op.fail(err)
 		return
 	}
-	op.apply(ctx, cl, p, pf)
-	op.prune(ctx, cl, p, pf)
+	op.run(ctx, cl, p, pf)
 }
 
 func (op *operation) validate() error {
@@ -127,7 +128,8 @@ func (op *operation) validate() error {
 	case op.app.Spec.Project != "" && op.app.Spec.Project != op.project.Name:
 		return fmt.Errorf("application %s/%s belongs to project %q, but the request carries AppProject %q", op.app.Namespace, op.app.Name, op.app.Spec.Project, op.project.Name)
 	}
-	return nil
+	_, err := op.healthTimeout()
+	return err
 }
 
 // resolveDestination resolves a destination given by cluster name to its
@@ -296,6 +298,9 @@ func (op *operation) finish() *v1alpha1.OperationState {
 	}
 	if op.state.Phase != v1alpha1.OperationError {
 		op.state.Phase, op.state.Message = summarize(results, op.state.Identity, op.req.Sync.DryRun, op.deleting)
+		if op.failure != "" {
+			op.state.Phase, op.state.Message = v1alpha1.OperationFailed, op.failure+" ("+op.state.Message+")"
+		}
 	}
 	now := metav1.NewTime(op.e.opts.Now())
 	op.state.FinishedAt = &now

@@ -22,7 +22,9 @@ var order = map[string]int{
 
 // Worse reports whether health code a is worse than b in Argo CD's order
 // (Healthy < Suspended < Progressing < Missing < Degraded < Unknown). An
-// unrecognised code ranks as Unknown.
+// unrecognised code, the empty one included, ranks as Unknown: Argo CD
+// ranks it as Healthy, which would let a code deputy cannot read hide a
+// problem.
 func Worse(a, b string) bool { return rank(a) > rank(b) }
 
 func rank(code string) int {
@@ -33,7 +35,9 @@ func rank(code string) int {
 }
 
 // Aggregate returns the worst of codes (Argo CD's Application health), or
-// Healthy for none.
+// Healthy for none. An unrecognised code counts, and is returned, as
+// Unknown. Which resources take part (Argo CD leaves out hooks and missing
+// resources) is the caller's choice.
 func Aggregate(codes ...string) string {
 	worst := v1alpha1.HealthStatusHealthy
 	for _, c := range codes {
@@ -41,98 +45,89 @@ func Aggregate(codes ...string) string {
 			worst = c
 		}
 	}
+	if _, ok := order[worst]; !ok {
+		return v1alpha1.HealthStatusUnknown
+	}
 	return worst
 }
 
 // Assess returns the health of live, an object as read from the cluster
-// (nil: Missing). kstatus decides (its conventions for kinds it does not
+// (nil: Missing). An object being deleted is Progressing. For the kinds
+// whose health Argo CD judges differently from kstatus, deputy mostly
+// follows Argo CD (rules, in kinds.go and pod.go: a paused Deployment is
+// Suspended, a Job is Progressing until it completes, a Pod is judged by
+// its restart policy, a LoadBalancer Service or an Ingress is Progressing
+// until it has an address, ...). Everything else kstatus decides (its conventions for kinds it does not
 // know: status.conditions Ready, Reconciling and Stalled, and
 // status.observedGeneration against metadata.generation), mapped to Argo
 // CD's codes: Current → Healthy, InProgress and Terminating → Progressing,
 // Failed → Degraded, NotFound → Missing, Unknown or an error → Unknown.
-// Argo CD's Suspended comes first: a Deployment with spec.paused, a CronJob
-// or Job with spec.suspend.
 func Assess(live *unstructured.Unstructured) v1alpha1.HealthStatus {
 	if live == nil {
-		return v1alpha1.HealthStatus{Status: v1alpha1.HealthStatusMissing, Message: "the object does not exist"}
+		return hs(v1alpha1.HealthStatusMissing, "the object does not exist")
 	}
-	if msg, ok := suspended(live); ok {
-		return v1alpha1.HealthStatus{Status: v1alpha1.HealthStatusSuspended, Message: msg}
+	if live.GetDeletionTimestamp() != nil {
+		return hs(v1alpha1.HealthStatusProgressing, "pending deletion")
 	}
+	if r, ok := rules[live.GroupVersionKind().GroupKind()]; ok {
+		if h, ok := r(live); ok {
+			return h
+		}
+	}
+	return kstatus(live)
+}
+
+// kstatus is kstatus' verdict in Argo CD's codes.
+func kstatus(live *unstructured.Unstructured) v1alpha1.HealthStatus {
 	res, err := status.Compute(live)
 	if err != nil {
-		return v1alpha1.HealthStatus{Status: v1alpha1.HealthStatusUnknown, Message: fmt.Sprintf("cannot assess its status: %v", err)}
+		return hs(v1alpha1.HealthStatusUnknown, fmt.Sprintf("cannot assess its status: %v", err))
 	}
 	switch res.Status {
 	case status.CurrentStatus:
-		return v1alpha1.HealthStatus{Status: v1alpha1.HealthStatusHealthy, Message: res.Message}
+		return hs(v1alpha1.HealthStatusHealthy, res.Message)
 	case status.InProgressStatus, status.TerminatingStatus:
-		return v1alpha1.HealthStatus{Status: v1alpha1.HealthStatusProgressing, Message: res.Message}
+		return hs(v1alpha1.HealthStatusProgressing, res.Message)
 	case status.FailedStatus:
-		return v1alpha1.HealthStatus{Status: v1alpha1.HealthStatusDegraded, Message: res.Message}
+		return hs(v1alpha1.HealthStatusDegraded, res.Message)
 	case status.NotFoundStatus:
-		return v1alpha1.HealthStatus{Status: v1alpha1.HealthStatusMissing, Message: res.Message}
+		return hs(v1alpha1.HealthStatusMissing, res.Message)
 	}
-	return v1alpha1.HealthStatus{Status: v1alpha1.HealthStatusUnknown, Message: res.Message}
-}
-
-// suspended is Argo CD's Suspended: a paused Deployment, a suspended CronJob
-// or Job (gitops-engine pkg/health and Argo CD's batch resource checks).
-func suspended(u *unstructured.Unstructured) (string, bool) {
-	gvk := u.GroupVersionKind()
-	switch {
-	case gvk.Group == "apps" && gvk.Kind == "Deployment":
-		if p, _, _ := unstructured.NestedBool(u.Object, "spec", "paused"); p {
-			return "the Deployment is paused (spec.paused)", true
-		}
-	case gvk.Group == "batch" && (gvk.Kind == "CronJob" || gvk.Kind == "Job"):
-		if s, _, _ := unstructured.NestedBool(u.Object, "spec", "suspend"); s {
-			return "the " + gvk.Kind + " is suspended (spec.suspend)", true
-		}
-	}
-	return "", false
+	return hs(v1alpha1.HealthStatusUnknown, res.Message)
 }
 
 // HookPhase returns the progress of a hook resource (Argo CD's hook
-// phases): a Job is Succeeded when its Complete condition is True and
-// Failed when its Failed condition is; a Pod is Succeeded or Failed by
-// status.phase; any other kind is Succeeded once Assess says Healthy or
-// Suspended, Failed when Degraded. Everything else is Running. live nil is
-// Running (not created yet).
+// phases: Running, Succeeded, Failed). A Job has Succeeded when its
+// Complete condition is True and Failed when its Failed condition is; a
+// suspended Job is still Running (it has not run). A Pod is judged as
+// Assess judges a hook Pod: one with restartPolicy OnFailure or Never by
+// status.phase (Succeeded, Failed, else Running), one with restartPolicy
+// Always has Succeeded once Ready and Failed when its containers keep
+// failing to start. Any other kind has Succeeded once Assess says Healthy
+// or Suspended, Failed when Degraded, and is Running otherwise. live nil
+// is Running (not created yet).
+//
+// Two choices differ from Argo CD, which derives a hook's phase from its
+// health: Suspended counts as Succeeded, as the engine counts it done for
+// any other resource (Argo CD keeps a Suspended hook Running, which no
+// health timeout ends there); Unknown stays Running until the health
+// timeout names it (Argo CD fails the hook at once).
 func HookPhase(live *unstructured.Unstructured) (phase, message string) {
 	if live == nil {
 		return v1alpha1.HookPhaseRunning, "not created yet"
 	}
-	gvk := live.GroupVersionKind()
-	switch {
-	case gvk.Group == "batch" && gvk.Kind == "Job":
-		conds, _, _ := unstructured.NestedSlice(live.Object, "status", "conditions")
-		for _, c := range conds {
-			m, _ := c.(map[string]any)
-			if m == nil || m["status"] != "True" {
-				continue
-			}
-			msg, _ := m["message"].(string)
-			switch m["type"] {
-			case "Complete":
-				return v1alpha1.HookPhaseSucceeded, msg
-			case "Failed":
-				return v1alpha1.HookPhaseFailed, msg
-			}
+	var h v1alpha1.HealthStatus
+	switch gk := live.GroupVersionKind().GroupKind(); {
+	case gk.Group == "batch" && gk.Kind == "Job":
+		h = jobHealth(live)
+		if h.Status == v1alpha1.HealthStatusSuspended {
+			return v1alpha1.HookPhaseRunning, h.Message
 		}
-		return v1alpha1.HookPhaseRunning, "the Job has not completed"
-	case gvk.Group == "" && gvk.Kind == "Pod":
-		phase, _, _ := unstructured.NestedString(live.Object, "status", "phase")
-		msg, _, _ := unstructured.NestedString(live.Object, "status", "message")
-		switch phase {
-		case "Succeeded":
-			return v1alpha1.HookPhaseSucceeded, msg
-		case "Failed":
-			return v1alpha1.HookPhaseFailed, msg
-		}
-		return v1alpha1.HookPhaseRunning, fmt.Sprintf("the Pod is %s", phase)
+	case gk.Group == "" && gk.Kind == "Pod":
+		h = podHealth(live, true)
+	default:
+		h = Assess(live)
 	}
-	h := Assess(live)
 	switch h.Status {
 	case v1alpha1.HealthStatusHealthy, v1alpha1.HealthStatusSuspended:
 		return v1alpha1.HookPhaseSucceeded, h.Message

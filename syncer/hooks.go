@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"deputy.dev/deputy/policy/v1alpha1"
+	"deputy.dev/deputy/syncer/health"
 	"deputy.dev/deputy/syncer/waves"
 )
 
@@ -97,7 +98,7 @@ func (op *operation) deleteAndWait(ctx context.Context, cl *clients, o *planObje
 	}
 	ctx, cancel := context.WithTimeout(ctx, crdEstablishTimeout)
 	defer cancel()
-	return cl.watchUntil(ctx, o.gvr, o.namespace(), o.name(), "", func(u *unstructured.Unstructured) bool {
+	return health.Follow(ctx, cl.dyn.Resource(o.gvr).Namespace(o.namespace()), o.name(), "", func(u *unstructured.Unstructured) bool {
 		return u == nil || string(u.GetUID()) != uid
 	})
 }

@@ -13,6 +13,7 @@ import (
 
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer/health"
+	"deputy.dev/deputy/syncer/permissions"
 )
 
 // listPageSize is the page size of the preflight's lists (metadata only).
@@ -154,7 +155,7 @@ func (op *operation) observe(ctx context.Context, cl *clients, targets []listTar
 					where = "in namespace " + t.namespace
 				}
 				mu.Lock()
-				problems = append(problems, fmt.Sprintf("prune: cannot list %s %s: %v", resourceString(t.gvr.Group, t.gvr.Resource), where, err))
+				problems = append(problems, fmt.Sprintf("prune: cannot list %s %s: %v", permissions.ResourceString(t.gvr.Group, t.gvr.Resource), where, err))
 				mu.Unlock()
 			}
 			return

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"deputy.dev/deputy/syncer/health"
+	"deputy.dev/deputy/syncer/permissions"
 	"deputy.dev/deputy/syncer/waves"
 )
 
@@ -102,15 +103,8 @@ func (s *permSet) add(verb string, gvr schema.GroupVersionResource, namespace, n
 	}
 }
 
-// missingPermission is a permission the identity lacks.
-type missingPermission struct {
-	Verb, Group, Resource, Namespace string
-	// Names restricts the grant to these objects (resourceNames); empty
-	// means every name.
-	Names []string
-	// Objects describes what needs it.
-	Objects []string
-}
+// missingPermission is a permission the identity lacks (or needs).
+type missingPermission = permissions.Permission
 
 // preflightResult is what the preflight learnt for the later phases.
 type preflightResult struct {
@@ -140,7 +134,7 @@ type preflightError struct {
 }
 
 func (e *preflightError) Error() string {
-	return formatPreflight(e.who, e.appNS, e.appName, e.missing, e.problems, e.needed)
+	return permissions.Report(e.who, e.appNS, e.appName, e.missing, e.problems, e.needed)
 }
 
 // preflight checks the ServiceAccount and every permission of the plan. It
@@ -255,7 +249,7 @@ func (op *operation) preflight(ctx context.Context, cl *clients, id identity, p 
 	}
 	missing = append(missing, more...)
 	if len(missing) > 0 || len(problems) > 0 {
-		sortMissing(missing)
+		permissions.Sort(missing)
 		return nil, &preflightError{who: cl.who, missing: missing, problems: problems,
 			needed: op.neededPermissions(p, res, scopes), appNS: op.app.Namespace, appName: op.app.Name}
 	}
@@ -294,83 +288,41 @@ func (op *operation) expectedPruneNames(s listTarget, p *plan) []string {
 // namespace); cluster-scoped ones name their objects (resourceNames), except
 // where the request carries no name: list, and create of a Namespace.
 func (op *operation) neededPermissions(p *plan, res *preflightResult, scopes []listTarget) []missingPermission {
-	var need grantSet
+	var need permissions.Grants
 	for _, s := range scopes {
 		switch {
 		case s.prune:
-			need.add("list", s.gvr, s.namespace, "")
+			need.Add("list", s.gvr.Group, s.gvr.Resource, s.namespace, "")
 			if s.namespace != "" {
-				need.add("delete", s.gvr, s.namespace, "")
+				need.Add("delete", s.gvr.Group, s.gvr.Resource, s.namespace, "")
 			} else {
 				for _, name := range op.expectedPruneNames(s, p) {
-					need.add("delete", s.gvr, "", name)
+					need.Add("delete", s.gvr.Group, s.gvr.Resource, "", name)
 				}
 			}
 		case s.namespace != "":
-			need.add("list", s.gvr, s.namespace, "")
+			need.Add("list", s.gvr.Group, s.gvr.Resource, s.namespace, "")
 		}
 	}
 	for _, c := range res.candidates {
-		need.add("delete", c.scope.gvr, c.namespace, c.name)
+		need.Add("delete", c.scope.gvr.Group, c.scope.gvr.Resource, c.namespace, c.name)
 	}
 	for _, o := range p.objects {
 		if res.trackedBy[o.key] != "" {
 			continue
 		}
 		if !o.generated {
-			need.add("get", o.gvr, o.namespace(), o.name())
+			need.Add("get", o.gvr.Group, o.gvr.Resource, o.namespace(), o.name())
 		}
 		op.objectChecks(o, false, nil, func(verb string, gvr schema.GroupVersionResource, namespace, name, _ string) {
-			need.add(verb, gvr, namespace, name)
+			need.Add(verb, gvr.Group, gvr.Resource, namespace, name)
 		})
 	}
 	if res.createNamespace {
-		need.add("create", gvrNamespaces, "", "")
+		need.Add("create", gvrNamespaces.Group, gvrNamespaces.Resource, "", "")
 	}
-	out := need.list()
-	sortMissing(out)
-	return out
-}
-
-type grantKey struct{ verb, group, resource, namespace string }
-
-// grantSet collects permissions, one per (verb, group, resource,
-// namespace): for every name (a namespaced one, or a request without a
-// name) or for the names added.
-type grantSet struct {
-	order []grantKey
-	names map[grantKey]map[string]bool
-	all   map[grantKey]bool
-}
-
-func (g *grantSet) add(verb string, gvr schema.GroupVersionResource, namespace, name string) {
-	if g.names == nil {
-		g.names, g.all = map[grantKey]map[string]bool{}, map[grantKey]bool{}
-	}
-	k := grantKey{verb, gvr.Group, gvr.Resource, namespace}
-	if _, ok := g.names[k]; !ok {
-		g.names[k] = map[string]bool{}
-		g.order = append(g.order, k)
-	}
-	if namespace != "" || name == "" {
-		g.all[k] = true
-		return
-	}
-	g.names[k][name] = true
-}
-
-func (g *grantSet) list() []missingPermission {
-	out := make([]missingPermission, 0, len(g.order))
-	for _, k := range g.order {
-		m := missingPermission{Verb: k.verb, Group: k.group, Resource: k.resource, Namespace: k.namespace}
-		if !g.all[k] {
-			for n := range g.names[k] {
-				m.Names = append(m.Names, n)
-			}
-			sort.Strings(m.Names)
-		}
-		out = append(out, m)
-	}
+	out := need.List()
+	permissions.Sort(out)
 	return out
 }
 

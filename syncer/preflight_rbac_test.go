@@ -25,6 +25,7 @@ import (
 	deputyauthz "deputy.dev/deputy/authorizer"
 	"deputy.dev/deputy/policy"
 	"deputy.dev/deputy/policy/v1alpha1"
+	"deputy.dev/deputy/syncer/permissions"
 )
 
 // rbacCluster is ownershipCluster with the ServiceAccount's permissions on
@@ -249,15 +250,15 @@ func plural(n int) string {
 // name of their namespace, cluster-scoped ones for the objects involved,
 // requests without a name (list, create of a Namespace) for every name.
 func TestGrantSetNamesOnlyClusterScopedObjects(t *testing.T) {
-	var g grantSet
+	var g permissions.Grants
 	cm := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
-	g.add("patch", cm, "guestbook", "a")
-	g.add("patch", cm, "guestbook", "b")
-	g.add("get", gvrCRDs, "", "widgets.example.com")
-	g.add("get", gvrCRDs, "", "gadgets.example.com")
-	g.add("get", gvrCRDs, "", "widgets.example.com")
-	g.add("create", gvrNamespaces, "", "")
-	got := g.list()
+	g.Add("patch", cm.Group, cm.Resource, "guestbook", "a")
+	g.Add("patch", cm.Group, cm.Resource, "guestbook", "b")
+	g.Add("get", gvrCRDs.Group, gvrCRDs.Resource, "", "widgets.example.com")
+	g.Add("get", gvrCRDs.Group, gvrCRDs.Resource, "", "gadgets.example.com")
+	g.Add("get", gvrCRDs.Group, gvrCRDs.Resource, "", "widgets.example.com")
+	g.Add("create", gvrNamespaces.Group, gvrNamespaces.Resource, "", "")
+	got := g.List()
 	want := []missingPermission{
 		{Verb: "patch", Resource: "configmaps", Namespace: "guestbook"},
 		{Verb: "get", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions", Names: []string{"gadgets.example.com", "widgets.example.com"}},

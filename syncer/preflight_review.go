@@ -9,6 +9,8 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"deputy.dev/deputy/syncer/permissions"
 )
 
 // This file asks kube-apiserver the preflight's questions: one
@@ -138,7 +140,7 @@ func (cl *clients) can(ctx context.Context, verb, group, resource, namespace, na
 }
 
 func reviewError(who string, c *permCheck, err error) error {
-	msg := fmt.Sprintf("preflight: cannot ask kube-apiserver whether %s may %s %s: %v", who, c.verb, resourceString(c.group, c.resource), err)
+	msg := fmt.Sprintf("preflight: cannot ask kube-apiserver whether %s may %s %s: %v", who, c.verb, permissions.ResourceString(c.group, c.resource), err)
 	if apierrors.IsForbidden(err) {
 		msg += "; the identity must be allowed to create SelfSubjectAccessReviews (every authenticated user is, through system:basic-user, " +
 			"and deputy's impersonation gate allows sync identities to create them as the ServiceAccount)"

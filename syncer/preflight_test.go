@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	rbacv1 "k8s.io/api/rbac/v1"
-	"sigs.k8s.io/yaml"
+
+	"deputy.dev/deputy/syncer/permissions"
 )
 
 // golden compares got with testdata/name; UPDATE_GOLDEN=1 rewrites it.
@@ -36,7 +36,7 @@ func golden(t *testing.T, name, got string) {
 func TestPreflightReport(t *testing.T) {
 	const who = "system:serviceaccount:guestbook:guestbook-deployer"
 	t.Run("one missing permission names it, and the Role grants everything the sync needs", func(t *testing.T) {
-		got := formatPreflight(who, "argocd", "guestbook", []missingPermission{
+		got := permissions.Report(who, "argocd", "guestbook", []missingPermission{
 			{Verb: "create", Resource: "services", Namespace: "guestbook", Objects: []string{"Service guestbook/guestbook-ui"}},
 		}, nil, []missingPermission{
 			{Verb: "get", Resource: "services", Namespace: "guestbook"},
@@ -57,7 +57,7 @@ func TestPreflightReport(t *testing.T) {
 			{Verb: "create", Resource: "namespaces", Objects: []string{"Namespace guestbook-staging (syncOptions CreateNamespace=true)"}},
 			{Verb: "get", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions", Names: []string{"widgets.example.com"}},
 		}
-		sortMissing(missing)
+		permissions.Sort(missing)
 		var needed []missingPermission
 		for _, r := range []struct{ group, resource, ns string }{{"apps", "deployments", "guestbook"}, {"", "configmaps", "guestbook"}, {"", "services", "guestbook"}, {"", "configmaps", "guestbook-staging"}} {
 			for _, v := range []string{"get", "list", "create", "patch"} {
@@ -71,65 +71,22 @@ func TestPreflightReport(t *testing.T) {
 			missingPermission{Verb: "create", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions", Names: []string{"widgets.example.com"}},
 			missingPermission{Verb: "patch", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions", Names: []string{"widgets.example.com"}},
 		)
-		sortMissing(needed)
-		got := formatPreflight(who, "argocd", "guestbook", missing, []string{"prune: cannot list widgets.example.com in namespace guestbook: the server is on fire"}, needed)
+		permissions.Sort(needed)
+		got := permissions.Report(who, "argocd", "guestbook", missing, []string{"prune: cannot list widgets.example.com in namespace guestbook: the server is on fire"}, needed)
 		golden(t, "preflight_many.golden", got)
 	})
 	t.Run("the controller identity is bound as a user", func(t *testing.T) {
-		got := formatPreflight("alice", "argocd", "app", []missingPermission{{Verb: "patch", Resource: "configmaps", Namespace: "x"}}, nil, nil)
+		got := permissions.Report("alice", "argocd", "app", []missingPermission{{Verb: "patch", Resource: "configmaps", Namespace: "x"}}, nil, nil)
 		if !strings.Contains(got, "kind: User\n  name: alice") {
 			t.Errorf("subject:\n%s", got)
 		}
 	})
 	t.Run("problems alone are reported without RBAC objects", func(t *testing.T) {
-		got := formatPreflight(who, "argocd", "app", nil, []string{"prune: cannot list configmaps in namespace x: boom"}, nil)
+		got := permissions.Report(who, "argocd", "app", nil, []string{"prune: cannot list configmaps in namespace x: boom"}, nil)
 		if strings.Contains(got, "kind: Role") || !strings.Contains(got, "boom") {
 			t.Errorf("report:\n%s", got)
 		}
 	})
-}
-
-// The YAML a failed preflight prints is valid RBAC that grants exactly the
-// permissions given: decode it and compare.
-func TestPreflightRBACDecodes(t *testing.T) {
-	perms := []missingPermission{
-		{Verb: "create", Resource: "services", Namespace: "guestbook"},
-		{Verb: "patch", Resource: "services", Namespace: "guestbook"},
-		{Verb: "patch", Resource: "configmaps", Namespace: "guestbook"},
-		{Verb: "create", Group: "apps", Resource: "deployments", Namespace: "guestbook", Names: []string{"a", "b"}},
-		{Verb: "create", Resource: "namespaces"},
-	}
-	out := rbacFor("system:serviceaccount:guestbook:deployer", "argocd", "guestbook", perms)
-	docs := strings.Split(strings.TrimPrefix(out, "---\n"), "---\n")
-	if len(docs) != 4 {
-		t.Fatalf("%d documents, want ClusterRole, ClusterRoleBinding, Role, RoleBinding:\n%s", len(docs), out)
-	}
-	var cr rbacv1.ClusterRole
-	var crb rbacv1.ClusterRoleBinding
-	var role rbacv1.Role
-	var rb rbacv1.RoleBinding
-	for i, into := range []any{&cr, &crb, &role, &rb} {
-		if err := yaml.UnmarshalStrict([]byte(docs[i]), into); err != nil {
-			t.Fatalf("document %d: %v\n%s", i, err, docs[i])
-		}
-	}
-	if diff := cmp.Diff([]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"create"}}}, cr.Rules); diff != "" {
-		t.Errorf("ClusterRole rules (-want +got):\n%s", diff)
-	}
-	wantRole := []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"create", "patch"}},
-		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"patch"}},
-		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"create"}, ResourceNames: []string{"a", "b"}},
-	}
-	if diff := cmp.Diff(wantRole, role.Rules); diff != "" {
-		t.Errorf("Role rules (-want +got):\n%s", diff)
-	}
-	if role.Namespace != "guestbook" || rb.RoleRef.Name != role.Name || rb.RoleRef.Kind != "Role" || crb.RoleRef.Name != cr.Name {
-		t.Errorf("bindings do not refer to their roles: %+v %+v", rb, crb)
-	}
-	if diff := cmp.Diff([]rbacv1.Subject{{Kind: "ServiceAccount", Name: "deployer", Namespace: "guestbook"}}, rb.Subjects); diff != "" {
-		t.Errorf("subjects (-want +got):\n%s", diff)
-	}
 }
 
 func TestPermSetGroupsByVerbResourceAndNamespace(t *testing.T) {

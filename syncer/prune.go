@@ -15,6 +15,7 @@ import (
 
 	"deputy.dev/deputy/policy"
 	"deputy.dev/deputy/policy/v1alpha1"
+	"deputy.dev/deputy/syncer/health"
 	"deputy.dev/deputy/syncer/source"
 	"deputy.dev/deputy/syncer/waves"
 )
@@ -192,7 +193,7 @@ func (op *operation) waitGone(ctx context.Context, cl *clients, cands []*pruneCa
 	defer cancel()
 	parallel(len(cands), maxWatches, func(i int) {
 		c := cands[i]
-		_ = cl.watchUntil(ctx, c.scope.gvr, c.namespace, c.name, "", func(u *unstructured.Unstructured) bool {
+		_ = health.Follow(ctx, cl.dyn.Resource(c.scope.gvr).Namespace(c.namespace), c.name, "", func(u *unstructured.Unstructured) bool {
 			return u == nil || u.GetUID() != c.uid
 		})
 	}, func(int, any) {})

@@ -3,17 +3,11 @@ package syncer
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"strings"
 	"sync"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/watch"
 
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer/health"
@@ -139,7 +133,7 @@ func (op *operation) waitStep(ctx context.Context, cl *clients, st step, pf *pre
 	parallel(len(waiting), maxWatches, func(i int) {
 		o := waiting[i]
 		rv := o.liveRV
-		if err := cl.watchUntil(wctx, o.gvr, o.namespace(), o.name(), rv, func(u *unstructured.Unstructured) bool { return op.observeLive(o, u) }); err != nil && wctx.Err() == nil {
+		if err := health.Follow(wctx, cl.dyn.Resource(o.gvr).Namespace(o.namespace()), o.name(), rv, func(u *unstructured.Unstructured) bool { return op.observeLive(o, u) }); err != nil && wctx.Err() == nil {
 			mu.Lock()
 			problems = append(problems, fmt.Sprintf("%s: cannot watch it as %s: %v", o.key, cl.who, err))
 			mu.Unlock()
@@ -147,9 +141,6 @@ func (op *operation) waitStep(ctx context.Context, cl *clients, st step, pf *pre
 	}, func(i int, r any) { op.panicked(waiting[i], r) })
 	return op.stepOutcome(st, timeout, wctx.Err() != nil && ctx.Err() == nil, problems)
 }
-
-// rewatchPause is the pause before a watch that ended is opened again.
-const rewatchPause = 100 * time.Millisecond
 
 // maxWatches bounds the watches of one step open at once.
 const maxWatches = 64
@@ -243,101 +234,4 @@ func listSome(items []string) string {
 		return strings.Join(items[:10], ", ") + fmt.Sprintf(" and %d more", len(items)-10)
 	}
 	return strings.Join(items, ", ")
-}
-
-// watchUntil follows one object (by name) as the identity until done
-// returns true for what it sees (nil: the object does not exist), ctx ends,
-// or a request is refused. With rv "" it first reads the object (a "get")
-// to learn its state and where to watch from; otherwise it watches ("watch"
-// on its name) from rv, the resourceVersion the caller last saw it at.
-func (cl *clients) watchUntil(ctx context.Context, gvr schema.GroupVersionResource, namespace, name, rv string, done func(*unstructured.Unstructured) bool) error {
-	selector := fields.OneTermEqualSelector("metadata.name", name).String()
-	ri := cl.dyn.Resource(gvr).Namespace(namespace)
-	for ctx.Err() == nil {
-		if rv == "" {
-			live, err := ri.Get(ctx, name, metav1.GetOptions{})
-			switch {
-			case apierrors.IsNotFound(err):
-				if done(nil) {
-					return nil
-				}
-				if rv, err = cl.currentRV(ctx, gvr, namespace, selector); err != nil {
-					return err
-				}
-				live = nil
-			case err == nil:
-				rv = live.GetResourceVersion()
-			default:
-				return err
-			}
-			if done(live) {
-				return nil
-			}
-		}
-		w, err := ri.Watch(ctx, metav1.ListOptions{FieldSelector: selector, ResourceVersion: rv, AllowWatchBookmarks: true})
-		if err != nil {
-			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
-				rv = ""
-				continue
-			}
-			return err
-		}
-		finished, next := follow(w, rv, done)
-		w.Stop()
-		if finished {
-			return nil
-		}
-		rv = next
-		sleep(ctx, rewatchPause) // a watch that ends at once must not spin
-	}
-	return ctx.Err()
-}
-
-// follow reads one watch until done, its end, or an error event; it
-// returns whether done was reached and where to watch from next ("" after
-// an expired resourceVersion: list again).
-func follow(w watch.Interface, rv string, done func(*unstructured.Unstructured) bool) (bool, string) {
-	for ev := range w.ResultChan() {
-		switch ev.Type {
-		case watch.Added, watch.Modified, watch.Deleted, watch.Bookmark:
-			u, ok := ev.Object.(*unstructured.Unstructured)
-			if !ok {
-				continue
-			}
-			rv = u.GetResourceVersion()
-			switch ev.Type {
-			case watch.Bookmark:
-				continue
-			case watch.Deleted:
-				u = nil
-			}
-			if done(u) {
-				return true, rv
-			}
-		case watch.Error:
-			if st := apierrors.FromObject(ev.Object); apierrors.IsResourceExpired(st) || apierrors.IsGone(st) || statusCode(st) == http.StatusGone {
-				return false, ""
-			}
-			return false, rv
-		}
-	}
-	return false, rv
-}
-
-func statusCode(err error) int32 {
-	if s, ok := err.(apierrors.APIStatus); ok {
-		return s.Status().Code
-	}
-	return 0
-}
-
-// currentRV is where to watch from for an object that does not exist: a
-// list by name (authorized as "list" on that name) returns the current
-// resourceVersion.
-func (cl *clients) currentRV(ctx context.Context, gvr schema.GroupVersionResource, namespace, selector string) (string, error) {
-	list, err := cl.dyn.Resource(gvr).Namespace(namespace).List(ctx, metav1.ListOptions{FieldSelector: selector, Limit: 1})
-	if err != nil {
-		return "", err
-	}
-	return list.GetResourceVersion(), nil
 }

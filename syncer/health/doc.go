@@ -14,7 +14,8 @@
 // data, each with what kstatus and Argo CD answer and, where deputy answers
 // otherwise, why.
 //
-// It reads nothing from a cluster: callers hand it the live objects they
-// read as the sync identity. It must not import the engine (package
-// syncer) or know about HTTP.
+// It also follows one object until it is done (Follow): a watch by name
+// through a dynamic client the caller hands it, acting as the sync
+// identity, so that waiting costs one watch event, not a poll interval. It
+// must not import the engine (package syncer) or decide whom to act as.
 package health

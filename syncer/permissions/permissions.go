@@ -1,4 +1,4 @@
-package syncer
+package permissions
 
 import (
 	"fmt"
@@ -8,11 +8,70 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// This file writes the preflight's report: every missing permission, and
-// the RBAC objects (Roles, a ClusterRole and their bindings) that grant
-// everything the operation needs (see preflight.go).
+// The preflight's report: every missing permission, and the RBAC objects
+// (Roles, a ClusterRole and their bindings) that grant everything the
+// operation needs (package syncer's preflight.go says what is asked).
 
-func resourceString(group, resource string) string {
+// Permission is one permission a sync needs (or lacks): Verb on
+// Group/Resource in Namespace ("" for cluster-scoped).
+type Permission struct {
+	Verb, Group, Resource, Namespace string
+	// Names restricts the grant to these objects (resourceNames); empty
+	// means every name.
+	Names []string
+	// Objects describes what needs it.
+	Objects []string
+}
+
+type grantKey struct{ verb, group, resource, namespace string }
+
+// Grants collects permissions, one per (verb, group, resource, namespace):
+// for every name (a namespaced one, or a request without a name) or for the
+// names added. The zero value is ready to use.
+type Grants struct {
+	order []grantKey
+	names map[grantKey]map[string]bool
+	all   map[grantKey]bool
+}
+
+// Add grants verb on group/resource in namespace ("" for cluster-scoped),
+// for name ("" or a namespace: every name).
+func (g *Grants) Add(verb, group, resource, namespace, name string) {
+	if g.names == nil {
+		g.names, g.all = map[grantKey]map[string]bool{}, map[grantKey]bool{}
+	}
+	k := grantKey{verb, group, resource, namespace}
+	if _, ok := g.names[k]; !ok {
+		g.names[k] = map[string]bool{}
+		g.order = append(g.order, k)
+	}
+	if namespace != "" || name == "" {
+		g.all[k] = true
+		return
+	}
+	g.names[k][name] = true
+}
+
+// List returns the grants in the order they were first added, names
+// sorted.
+func (g *Grants) List() []Permission {
+	out := make([]Permission, 0, len(g.order))
+	for _, k := range g.order {
+		m := Permission{Verb: k.verb, Group: k.group, Resource: k.resource, Namespace: k.namespace}
+		if !g.all[k] {
+			for n := range g.names[k] {
+				m.Names = append(m.Names, n)
+			}
+			sort.Strings(m.Names)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// ResourceString is RESOURCE.GROUP as kubectl writes it (RESOURCE for the
+// core group).
+func ResourceString(group, resource string) string {
 	if group == "" {
 		return resource
 	}
@@ -22,7 +81,9 @@ func resourceString(group, resource string) string {
 // verbRank orders verbs in reports as kubectl does.
 var verbRank = map[string]int{"get": 0, "list": 1, "watch": 2, "create": 3, "update": 4, "patch": 5, "delete": 6}
 
-func sortMissing(m []missingPermission) {
+// Sort orders permissions by namespace, group, resource and verb (kubectl
+// auth can-i's verb order).
+func Sort(m []Permission) {
 	sort.SliceStable(m, func(i, j int) bool {
 		a, b := m[i], m[j]
 		switch {
@@ -40,14 +101,14 @@ func sortMissing(m []missingPermission) {
 // maxObjectsShown bounds the objects named per missing permission.
 const maxObjectsShown = 3
 
-// formatPreflight is the preflight's message: every missing permission, the
+// Report is a failed preflight's message: every missing permission, the
 // problems, and the Roles and ClusterRole (with their bindings) that grant
 // everything the operation needs (needed; the missing permissions when it is
 // empty): namespaced permissions in a Role per namespace, cluster-scoped ones
 // in a ClusterRole. The objects' names are fixed per Application, so applying
 // a later suggestion replaces an earlier one, and since each holds all the
 // operation needs, one application converges.
-func formatPreflight(who, appNS, appName string, missing []missingPermission, problems []string, needed []missingPermission) string {
+func Report(who, appNS, appName string, missing []Permission, problems []string, needed []Permission) string {
 	var b strings.Builder
 	n := len(missing)
 	switch {
@@ -75,8 +136,8 @@ func formatPreflight(who, appNS, appName string, missing []missingPermission, pr
 	return strings.TrimRight(b.String(), "\n")
 }
 
-func describeMissing(m missingPermission) string {
-	s := m.Verb + " " + resourceString(m.Group, m.Resource)
+func describeMissing(m Permission) string {
+	s := m.Verb + " " + ResourceString(m.Group, m.Resource)
 	if len(m.Names) > 0 {
 		s += " named " + strings.Join(m.Names, ", ")
 	}
@@ -99,14 +160,14 @@ func describeMissing(m missingPermission) string {
 
 // rbacFor renders the Roles, ClusterRole and bindings granting perms as YAML
 // documents.
-func rbacFor(who, appNS, appName string, perms []missingPermission) string {
+func rbacFor(who, appNS, appName string, perms []Permission) string {
 	subject := map[string]any{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": who}
 	if rest, ok := strings.CutPrefix(who, "system:serviceaccount:"); ok {
 		if ns, name, ok := strings.Cut(rest, ":"); ok {
 			subject = map[string]any{"kind": "ServiceAccount", "namespace": ns, "name": name}
 		}
 	}
-	byNS := map[string][]missingPermission{}
+	byNS := map[string][]Permission{}
 	var namespaces []string
 	for _, m := range perms {
 		if _, ok := byNS[m.Namespace]; !ok {
@@ -139,7 +200,7 @@ func rbacFor(who, appNS, appName string, perms []missingPermission) string {
 
 // rulesFor merges permissions into few rules: one per (group,
 // resourceNames, verbs), listing the resources that share them.
-func rulesFor(perms []missingPermission) []any {
+func rulesFor(perms []Permission) []any {
 	type resKey struct{ group, resource, names string }
 	verbs := map[resKey]map[string]bool{}
 	var keys []resKey

@@ -162,7 +162,7 @@ func (op *operation) observe(ctx context.Context, cl *clients, targets []listTar
 		}
 		var cands []*pruneCandidate
 		if t.prune {
-			cands = selectPruneCandidates(pruneScope{gvk: t.gvk, gvr: t.gvr, namespace: t.namespace}, items, op.tracking, rendered)
+			cands = selectPruneCandidates(pruneScope{gvk: t.gvk, gvr: t.gvr, namespace: t.namespace}, items, op.tracking, rendered, op.deleting)
 		}
 		mu.Lock()
 		defer mu.Unlock()

@@ -43,16 +43,18 @@ func (c *pruneCandidate) key() objKey {
 	return objKey{group: c.scope.gvk.Group, kind: c.scope.gvk.Kind, namespace: c.namespace, name: c.name}
 }
 
-// selectPruneCandidates picks, from one listed scope, the objects to prune.
-func selectPruneCandidates(scope pruneScope, items []metav1.PartialObjectMetadata, tracking string, rendered map[objKey]bool) []*pruneCandidate {
+// selectPruneCandidates picks, from one listed scope, the objects to prune:
+// hooks only when withHooks (DeleteResources deletes every tracked object;
+// a sync never prunes a hook, which it creates anew each time).
+func selectPruneCandidates(scope pruneScope, items []metav1.PartialObjectMetadata, tracking string, rendered map[objKey]bool, withHooks bool) []*pruneCandidate {
 	var out []*pruneCandidate
 	for i := range items {
 		it := &items[i]
 		if it.Annotations[TrackingAnnotation] != tracking || it.DeletionTimestamp != nil {
 			continue
 		}
-		if metav1.GetControllerOfNoCopy(it) != nil || waves.IsHook(it.Annotations) {
-			continue // a hook is created each sync and never pruned
+		if metav1.GetControllerOfNoCopy(it) != nil || !withHooks && waves.IsHook(it.Annotations) {
+			continue
 		}
 		c := &pruneCandidate{scope: scope, namespace: it.Namespace, name: it.Name, uid: it.UID, wave: waves.WaveOf(it.Annotations)}
 		if rendered[c.key()] {

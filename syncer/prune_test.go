@@ -38,7 +38,7 @@ func TestSelectPruneCandidates(t *testing.T) {
 	}
 	rendered := map[objKey]bool{{kind: "ConfigMap", namespace: "guestbook", name: "still-rendered"}: true}
 	var got []string
-	for _, c := range selectPruneCandidates(scope, items, "argocd/guestbook", rendered) {
+	for _, c := range selectPruneCandidates(scope, items, "argocd/guestbook", rendered, false) {
 		got = append(got, c.name)
 		if c.uid != types.UID("uid-"+c.name) {
 			t.Errorf("%s carries uid %s", c.name, c.uid)

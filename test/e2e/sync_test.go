@@ -336,8 +336,9 @@ func TestSyncGuestbookAsTheDerivedServiceAccount(t *testing.T) {
 	ensureNamespace(t, "guestbook")
 	serviceAccountToken(t, "guestbook", "guestbook-deployer")
 	grantControllerServiceAccountReads(t)
+	rollOutDeployments(t, "guestbook")
 	role(t, "guestbook", "e2e-guestbook-deployer", "guestbook", "guestbook-deployer",
-		rule("apps", []string{"deployments"}, "get", "list", "create", "patch", "delete"),
+		rule("apps", []string{"deployments"}, "get", "list", "watch", "create", "patch", "delete"),
 		rule("", []string{"services", "configmaps"}, "get", "list", "create", "patch", "delete"))
 	project := syncProject(t, "sync-guestbook", v1alpha1.AppProjectSpec{
 		Destinations:               dests("guestbook"),
@@ -478,10 +479,12 @@ func TestSyncPreflightNamesTheMissingPermission(t *testing.T) {
 	ensureNamespace(t, ns)
 	serviceAccountToken(t, ns, sa)
 	grantControllerServiceAccountReads(t)
+	rollOutDeployments(t, ns)
 	// Everything the sync needs but "create services" (get: to see who
-	// tracks an object before writing it).
+	// tracks an object before writing it; watch: to wait until the
+	// Deployment is healthy).
 	role(t, ns, "e2e-limited", ns, sa,
-		rule("apps", []string{"deployments"}, "get", "create", "patch"),
+		rule("apps", []string{"deployments"}, "get", "watch", "create", "patch"),
 		rule("", []string{"configmaps"}, "get", "create", "patch"),
 		rule("", []string{"services"}, "get", "patch"))
 	project := syncProject(t, "sync-limited", v1alpha1.AppProjectSpec{
@@ -507,7 +510,7 @@ func TestSyncPreflightNamesTheMissingPermission(t *testing.T) {
 		// missing: applying it (it replaces an earlier suggestion) converges.
 		"kind: Role\nmetadata:\n  name: deputy-sync-limited\n  namespace: " + ns + "\nrules:\n" +
 			"- apiGroups:\n  - \"\"\n  resources:\n  - configmaps\n  - services\n  verbs:\n  - get\n  - list\n  - create\n  - patch\n" +
-			"- apiGroups:\n  - apps\n  resources:\n  - deployments\n  verbs:\n  - get\n  - list\n  - create\n  - patch\n",
+			"- apiGroups:\n  - apps\n  resources:\n  - deployments\n  verbs:\n  - get\n  - list\n  - watch\n  - create\n  - patch\n",
 	} {
 		if !strings.Contains(st.Message, want) {
 			t.Errorf("message lacks %q", want)

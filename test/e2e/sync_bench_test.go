@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"deputy.dev/deputy/policy/v1alpha1"
+	"deputy.dev/deputy/syncer"
 )
 
 // benchObjects is the size of the benchmark application.
@@ -47,6 +48,18 @@ const benchObjects = 1000
 // SYNC_BENCH_SWEEP=1,4,16,64 adds deputy creates and re-applies at those
 // parallelisms (each next to a kubectl create), with the CPU seconds that
 // kube-apiserver, etcd and deputy's webhook spent on each.
+//
+// The server floor (issue 15) runs in the same iteration: the same 1,000
+// files created by test/load/applyfloor, a plain client-go server-side-apply
+// loop at the engine's parallelism (syncer.DefaultParallelism), as the admin
+// (system:masters: no impersonation, no webhook, no preflight), wall time
+// process start to exit like the others; deputy's first sync is reported as
+// a fraction of the floor's speed (floor seconds / deputy seconds). The same
+// loop as the controller impersonating the ServiceAccount (what every one of
+// deputy's requests pays on the server) is reported next to it.
+// SYNC_BENCH_PROFILE=DIR writes pprof CPU profiles of deputy's measured
+// create (syncbench-create.pprof, the engine's process) and of kube-apiserver
+// during it (kube-apiserver-create.pprof) into DIR.
 func BenchmarkSyncEngineVsKubectl(b *testing.B) {
 	kubectl, err := exec.LookPath("kubectl")
 	if err != nil {
@@ -117,11 +130,21 @@ func BenchmarkSyncEngineVsKubectl(b *testing.B) {
 	if err := cp.WriteTokenKubeconfig(kubeconfig, token); err != nil {
 		b.Fatal(err)
 	}
-	syncbench := filepath.Join(dir, "syncbench")
-	build := exec.CommandContext(ctx, "go", "build", "-o", syncbench, "./load/syncbench")
-	build.Dir = ".."
-	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("go build syncbench: %v\n%s", err, out)
+	syncbench, applyfloor := filepath.Join(dir, "syncbench"), filepath.Join(dir, "applyfloor")
+	for _, tool := range []string{syncbench, applyfloor} {
+		build := exec.CommandContext(ctx, "go", "build", "-o", tool, "./load/"+filepath.Base(tool))
+		build.Dir = ".."
+		if out, err := build.CombinedOutput(); err != nil {
+			b.Fatalf("go build %s: %v\n%s", filepath.Base(tool), err, out)
+		}
+	}
+	floorRun := func(ns string, impersonated bool) (benchRun, applyfloorResult) {
+		args := []string{"-kubeconfig", cp.AdminKubeconfig, "-dir", filepath.Join(repoDir, "cms"), "-namespace", ns}
+		if impersonated {
+			args = []string{"-kubeconfig", kubeconfig, "-as", saUser, "-dir", filepath.Join(repoDir, "cms"), "-namespace", ns}
+		}
+		r := runMeasured(b, applyfloor, args...)
+		return r, parseApplyfloor(b, r)
 	}
 	benchWaitForGate(b, token, saUser)
 
@@ -129,28 +152,32 @@ func BenchmarkSyncEngineVsKubectl(b *testing.B) {
 	// namespaces, so that neither pays for cold caches (kube-apiserver's,
 	// deputy's webhook connections, kubectl's discovery cache).
 	warm := fmt.Sprintf("%d", time.Now().Unix())
-	for _, ns := range []string{"bench-warm-deputy-" + warm, "bench-warm-kubectl-" + warm} {
+	for _, ns := range []string{"bench-warm-deputy-" + warm, "bench-warm-kubectl-" + warm, "bench-warm-floor-" + warm, "bench-warm-floor-sa-" + warm} {
 		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 			b.Fatal(err)
 		}
 	}
-	parseSyncbench(b, runMeasured(b, syncbench, "-server", cp.Admin.Host, "-ca", filepath.Join(dir, "ca.crt"), "-token-file", filepath.Join(dir, "token"),
-		"-project", filepath.Join(dir, "project.json"), "-repo", repoDir, "-path", "cms", "-namespace", "bench-warm-deputy-"+warm))
+	warmDeputy := runMeasured(b, syncbench, "-server", cp.Admin.Host, "-ca", filepath.Join(dir, "ca.crt"), "-token-file", filepath.Join(dir, "token"),
+		"-project", filepath.Join(dir, "project.json"), "-repo", repoDir, "-path", "cms", "-namespace", "bench-warm-deputy-"+warm)
+	parseSyncbench(b, warmDeputy)
 	runMeasured(b, kubectl, "--kubeconfig", kubeconfig, "--cache-dir", filepath.Join(dir, "kube-cache"), "apply", "--server-side",
 		"--validate=false", "-f", filepath.Join(repoDir, "cms"), "-n", "bench-warm-kubectl-"+warm, "--as", saUser)
+	floorRun("bench-warm-floor-"+warm, false)
+	floorRun("bench-warm-floor-sa-"+warm, true)
+	profileDir := os.Getenv("SYNC_BENCH_PROFILE")
 
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		suffix := fmt.Sprintf("%d-%d", time.Now().Unix(), i)
-		nsDeputy, nsKubectl := "bench-deputy-"+suffix, "bench-kubectl-"+suffix
-		for _, ns := range []string{nsDeputy, nsKubectl} {
+		nsDeputy, nsKubectl, nsFloor, nsFloorSA := "bench-deputy-"+suffix, "bench-kubectl-"+suffix, "bench-floor-"+suffix, "bench-floor-sa-"+suffix
+		for _, ns := range []string{nsDeputy, nsKubectl, nsFloor, nsFloorSA} {
 			if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 				b.Fatal(err)
 			}
 		}
-		deputyRun := func() benchRun {
-			return runMeasured(b, syncbench, "-server", cp.Admin.Host, "-ca", filepath.Join(dir, "ca.crt"), "-token-file", filepath.Join(dir, "token"),
-				"-project", filepath.Join(dir, "project.json"), "-repo", repoDir, "-path", "cms", "-namespace", nsDeputy)
+		deputyRun := func(extra ...string) benchRun {
+			return runMeasured(b, syncbench, append([]string{"-server", cp.Admin.Host, "-ca", filepath.Join(dir, "ca.crt"), "-token-file", filepath.Join(dir, "token"),
+				"-project", filepath.Join(dir, "project.json"), "-repo", repoDir, "-path", "cms", "-namespace", nsDeputy}, extra...)...)
 		}
 		kubectlRun := func() benchRun {
 			// --validate=false: kubectl's validation downloads /openapi/v3,
@@ -161,7 +188,27 @@ func BenchmarkSyncEngineVsKubectl(b *testing.B) {
 				"--validate=false", "-f", filepath.Join(repoDir, "cms"), "-n", nsKubectl, "--as", saUser)
 		}
 		var dCreate, kCreate, dResync, kResync benchRun
-		dCreate = deputyRun()
+		// The floor, deputy's first sync and the impersonated floor, one
+		// after the other, each with the CPU the server side spent on it.
+		before := processCPU("kube-apiserver", "etcd", "deputy")
+		fCreate, fRes := floorRun(nsFloor, false)
+		fCPU := cpuDelta(before, processCPU("kube-apiserver", "etcd", "deputy"))
+		before = processCPU("kube-apiserver", "etcd", "deputy")
+		var waitProfile func()
+		var profileArgs []string
+		if profileDir != "" {
+			profileArgs = []string{"-cpuprofile", filepath.Join(profileDir, "syncbench-create.pprof")}
+			// As long as the warm-up's create took: about the measured one.
+			waitProfile = profileAPIServer(b, filepath.Join(profileDir, "kube-apiserver-create.pprof"), max(1, int(warmDeputy.wall.Seconds()+0.5)))
+		}
+		dCreate = deputyRun(profileArgs...)
+		dCPU := cpuDelta(before, processCPU("kube-apiserver", "etcd", "deputy"))
+		if waitProfile != nil {
+			waitProfile()
+		}
+		before = processCPU("kube-apiserver", "etcd", "deputy")
+		fsCreate, fsRes := floorRun(nsFloorSA, true)
+		fsCPU := cpuDelta(before, processCPU("kube-apiserver", "etcd", "deputy"))
 		kCreate = kubectlRun()
 		dResync = deputyRun()
 		kResync = kubectlRun()
@@ -170,7 +217,14 @@ func BenchmarkSyncEngineVsKubectl(b *testing.B) {
 			benchLogf(b, "deputy: Run %.2fs (%.2fs before the first apply) of %.2fs wall; VmHWM %d KiB (self-reported) / %d KiB (sampled)",
 				res.Seconds, res.BeforeApplySeconds, r.wall.Seconds(), res.VmHWMKiB, r.maxRSSKiB)
 		}
-		for _, ns := range []string{nsDeputy, nsKubectl} {
+		benchLogf(b, "floor (admin, %d goroutines): create %.2fs wall (%.2fs applying), VmHWM %d KiB; CPU: applyfloor %.2fs, %s",
+			syncer.DefaultParallelism, fCreate.wall.Seconds(), fRes.Seconds, fCreate.maxRSSKiB, fCreate.cpu, fCPU)
+		benchLogf(b, "deputy first sync: %.2fs wall; CPU: syncbench %.2fs, %s", dCreate.wall.Seconds(), dCreate.cpu, dCPU)
+		benchLogf(b, "floor (impersonating %s): create %.2fs wall (%.2fs applying), VmHWM %d KiB; CPU: applyfloor %.2fs, %s",
+			saUser, fsCreate.wall.Seconds(), fsRes.Seconds, fsCreate.maxRSSKiB, fsCreate.cpu, fsCPU)
+		benchLogf(b, "deputy's first sync at %.2f× the floor's speed (%.2f× the impersonated floor's)",
+			fCreate.wall.Seconds()/dCreate.wall.Seconds(), fsCreate.wall.Seconds()/dCreate.wall.Seconds())
+		for _, ns := range []string{nsDeputy, nsKubectl, nsFloor, nsFloorSA} {
 			list, err := cs.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
 			if err != nil {
 				b.Fatal(err)
@@ -211,6 +265,9 @@ func BenchmarkSyncEngineVsKubectl(b *testing.B) {
 				benchLogf(b, "kubectl (round %s): create %.2fs wall, VmHWM %d KiB; CPU: kubectl %.2fs, %s", p, r.wall.Seconds(), r.maxRSSKiB, r.cpu, cpuDelta(before, processCPU("kube-apiserver", "etcd", "deputy")))
 			}
 		}
+		b.ReportMetric(fCreate.wall.Seconds(), "floor-create-s")
+		b.ReportMetric(fsCreate.wall.Seconds(), "floor-sa-create-s")
+		b.ReportMetric(fCreate.wall.Seconds()/dCreate.wall.Seconds(), "deputy-vs-floor-x")
 		b.ReportMetric(dCreate.wall.Seconds(), "deputy-create-s")
 		b.ReportMetric(kCreate.wall.Seconds(), "kubectl-create-s")
 		b.ReportMetric(kCreate.wall.Seconds()/dCreate.wall.Seconds(), "create-speedup-x")
@@ -219,6 +276,46 @@ func BenchmarkSyncEngineVsKubectl(b *testing.B) {
 		b.ReportMetric(kResync.wall.Seconds()/dResync.wall.Seconds(), "resync-speedup-x")
 		b.ReportMetric(float64(max(dCreate.maxRSSKiB, dResync.maxRSSKiB))/1024, "deputy-peak-MiB")
 		b.ReportMetric(float64(max(kCreate.maxRSSKiB, kResync.maxRSSKiB))/1024, "kubectl-peak-MiB")
+	}
+}
+
+// applyfloorResult is what test/load/applyfloor prints.
+type applyfloorResult struct {
+	Objects  int     `json:"objects"`
+	Failed   int     `json:"failed"`
+	Seconds  float64 `json:"seconds"`
+	VmHWMKiB int64   `json:"vmhwm_kib"`
+	Error    string  `json:"error"`
+}
+
+func parseApplyfloor(b *testing.B, r benchRun) applyfloorResult {
+	b.Helper()
+	var res applyfloorResult
+	if err := json.Unmarshal(r.stdout, &res); err != nil || res.Objects != benchObjects || res.Failed != 0 {
+		b.Fatalf("applyfloor: %v %+v\n%s", err, res, r.stdout)
+	}
+	return res
+}
+
+// profileAPIServer starts a CPU profile of kube-apiserver (its
+// /debug/pprof/profile, as the admin) of the given length and returns the
+// function that waits for it and writes it to file. (The handler cannot be
+// stopped early: a cancelled request loses the profile.)
+func profileAPIServer(b *testing.B, file string, seconds int) func() {
+	b.Helper()
+	done := make(chan error, 1)
+	go func() {
+		data, err := kubernetes.NewForConfigOrDie(cp.Admin).CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
+			Param("seconds", fmt.Sprint(seconds)).DoRaw(b.Context())
+		if err == nil {
+			err = os.WriteFile(file, data, 0o644)
+		}
+		done <- err
+	}()
+	return func() {
+		if err := <-done; err != nil {
+			b.Errorf("kube-apiserver CPU profile: %v", err)
+		}
 	}
 }
 

@@ -5,7 +5,7 @@
 // --server-side` run on the same files as the same ServiceAccount. Usage:
 //
 //	syncbench -server https://127.0.0.1:6443 -ca ca.crt -token-file controller.token \
-//	  -project project.json -repo /path/to/git/repo -path cms -namespace bench-1 [-parallelism 8]
+//	  -project project.json -repo /path/to/git/repo -path cms -namespace bench-1 [-parallelism 8] [-cpuprofile f.pprof]
 //
 // The token is the controller identity's; the project (JSON, an
 // AppProject) derives the ServiceAccount to impersonate.
@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -67,7 +68,20 @@ func run() error {
 	namespace := flag.String("namespace", "", "destination namespace")
 	parallelism := flag.Int("parallelism", syncer.DefaultParallelism, "engine parallelism")
 	cacheDir := flag.String("cache", "", "cache directory (default: a temporary one)")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (pprof) to this file")
 	flag.Parse()
+
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 
 	token, err := os.ReadFile(*tokenFile)
 	if err != nil {

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -50,18 +51,28 @@ func rolledOut(d *appsv1.Deployment) bool {
 // markRolledOut writes a finished rollout's status on d (best effort: a
 // conflict means a newer version comes by the watch).
 func markRolledOut(ctx context.Context, cs kubernetes.Interface, d *appsv1.Deployment) {
+	d = d.DeepCopy()
+	d.Status = rolledOutStatus(d)
+	_, _ = cs.AppsV1().Deployments(d.Namespace).UpdateStatus(ctx, d, metav1.UpdateOptions{})
+}
+
+// rolledOutStatus is what the deployment controller writes once d's Pods
+// are ready: every replica updated, ready and available for the current
+// generation, Available=True (MinimumReplicasAvailable), Progressing=True
+// (NewReplicaSetAvailable).
+func rolledOutStatus(d *appsv1.Deployment) appsv1.DeploymentStatus {
 	r := int32(1)
 	if d.Spec.Replicas != nil {
 		r = *d.Spec.Replicas
 	}
 	now := metav1.Now()
-	d = d.DeepCopy()
-	d.Status = appsv1.DeploymentStatus{
+	return appsv1.DeploymentStatus{
 		ObservedGeneration: d.Generation, Replicas: r, UpdatedReplicas: r, ReadyReplicas: r, AvailableReplicas: r,
 		Conditions: []appsv1.DeploymentCondition{
-			{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue, Reason: "MinimumReplicasAvailable", LastUpdateTime: now, LastTransitionTime: now},
-			{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionTrue, Reason: "NewReplicaSetAvailable", LastUpdateTime: now, LastTransitionTime: now},
+			{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue, Reason: "MinimumReplicasAvailable",
+				Message: "Deployment has minimum availability.", LastUpdateTime: now, LastTransitionTime: now},
+			{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionTrue, Reason: "NewReplicaSetAvailable",
+				Message: fmt.Sprintf("ReplicaSet %q has successfully progressed.", d.Name+"-5d4f8c7b9"), LastUpdateTime: now, LastTransitionTime: now},
 		},
 	}
-	_, _ = cs.AppsV1().Deployments(d.Namespace).UpdateStatus(ctx, d, metav1.UpdateOptions{})
 }

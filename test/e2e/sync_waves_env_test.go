@@ -126,23 +126,10 @@ func markDeploymentProgressing(t *testing.T, ns, name string) {
 }
 
 // markDeploymentAvailable writes what the deployment controller writes once
-// the Deployment's Pods are ready: every replica updated, ready and
-// available for the current generation, Available=True
-// (MinimumReplicasAvailable), Progressing=True (NewReplicaSetAvailable).
+// the Deployment's Pods are ready (rolledOutStatus).
 func markDeploymentAvailable(t *testing.T, ns, name string) {
 	t.Helper()
-	updateDeploymentStatus(t, ns, name, func(d *appsv1.Deployment) {
-		now := metav1.Now()
-		d.Status = appsv1.DeploymentStatus{
-			ObservedGeneration: d.Generation, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1,
-			Conditions: []appsv1.DeploymentCondition{
-				{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue, Reason: "MinimumReplicasAvailable",
-					Message: "Deployment has minimum availability.", LastUpdateTime: now, LastTransitionTime: now},
-				{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionTrue, Reason: "NewReplicaSetAvailable",
-					Message: fmt.Sprintf("ReplicaSet %q has successfully progressed.", name+"-5d4f8c7b9"), LastUpdateTime: now, LastTransitionTime: now},
-			},
-		}
-	})
+	updateDeploymentStatus(t, ns, name, func(d *appsv1.Deployment) { d.Status = rolledOutStatus(d) })
 	wantHealth(t, "apps", "v1", "deployments", ns, name, v1alpha1.HealthStatusHealthy)
 }
 

@@ -181,6 +181,9 @@ func (cl *clients) apply(ctx context.Context, gvr schema.GroupVersionResource, n
 	res := req.Do(ctx)
 	var code int
 	res.StatusCode(&code)
+	if err := res.Error(); err != nil {
+		return nil, false, err // Error decodes the server's Status
+	}
 	live, err = res.Raw()
 	return live, code == http.StatusCreated, err
 }

@@ -424,10 +424,11 @@ func (op *operation) checkServiceAccount(ctx context.Context, cl *clients, usern
 	return nil
 }
 
-// readsHealth reports whether the sync reads o back: a hook (until it
-// completes), or an object whose kind has a status, outside a dry run.
+// readsHealth reports whether the sync may have to read o back: a hook
+// (until it completes), or an object that may not be Healthy once applied
+// (health.MayWait), outside a dry run.
 func (op *operation) readsHealth(o *planObject) bool {
-	return !op.req.Sync.DryRun && (o.hook || !health.Statusless(o.gvk.Group, o.gvk.Kind))
+	return !op.req.Sync.DryRun && (o.hook || health.MayWait(o.obj))
 }
 
 // objectChecks adds what sending o needs: a server-side apply is "patch" on

@@ -155,3 +155,20 @@ var statusless = map[[2]string]bool{
 // Assess reads (ConfigMaps, Secrets, RBAC objects, …): Healthy once they
 // exist.
 func Statusless(group, kind string) bool { return statusless[[2]string{group, kind}] }
+
+// MayWait reports whether an object like rendered (the manifest, before it
+// is applied) can be anything but Healthy once it exists, so that a sync
+// must be able to read and watch it: false for kinds without a status
+// (Statusless) and for a Service that is not of type LoadBalancer (Healthy
+// as soon as it exists), true for everything else.
+func MayWait(rendered *unstructured.Unstructured) bool {
+	gvk := rendered.GroupVersionKind()
+	if Statusless(gvk.Group, gvk.Kind) {
+		return false
+	}
+	if gvk.Group == "" && gvk.Kind == "Service" {
+		t, _, _ := unstructured.NestedString(rendered.Object, "spec", "type")
+		return t == "LoadBalancer"
+	}
+	return true
+}

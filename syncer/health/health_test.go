@@ -263,3 +263,27 @@ func TestStatuslessIsFalseForKindsWithStatus(t *testing.T) {
 		}
 	}
 }
+
+// MayWait: a sync needs to read back only what can be unhealthy once it
+// exists.
+func TestMayWait(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		want bool
+	}{
+		{"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n", false},
+		{"apiVersion: v1\nkind: Service\nmetadata: {name: a}\nspec: {ports: [{port: 80}]}\n", false},
+		{"apiVersion: v1\nkind: Service\nmetadata: {name: a}\nspec: {type: NodePort}\n", false},
+		{"apiVersion: v1\nkind: Service\nmetadata: {name: a}\nspec: {type: LoadBalancer}\n", true},
+		{"apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: a}\n", true},
+		{"apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: a}\n", true},
+	} {
+		u := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal([]byte(tc.yaml), &u.Object); err != nil {
+			t.Fatal(err)
+		}
+		if got := MayWait(u); got != tc.want {
+			t.Errorf("MayWait(%s) = %v, want %v", strings.ReplaceAll(tc.yaml, "\n", " "), got, tc.want)
+		}
+	}
+}

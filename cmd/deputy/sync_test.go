@@ -357,11 +357,13 @@ func TestSyncDefaultsToTheDevelopmentSetup(t *testing.T) {
 }
 
 func TestServeSyncFlags(t *testing.T) {
-	c, out, err := captureServe(t, "serve", "--sync-impersonation-enabled", "--sync-impersonation-enforced=false", "--sync-cache-dir", "/var/cache/deputy", "--sync-parallelism", "3")
+	c, out, err := captureServe(t, "serve", "--sync-impersonation-enabled", "--sync-impersonation-enforced=false", "--sync-cache-dir", "/var/cache/deputy", "--sync-parallelism", "3",
+		"--sync-health-timeout", "2m")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if !c.Sync.Impersonation.Enabled || c.Sync.Impersonation.IsEnforced() || c.Sync.CacheDir != "/var/cache/deputy" || c.Sync.Parallelism != 3 {
+	if !c.Sync.Impersonation.Enabled || c.Sync.Impersonation.IsEnforced() || c.Sync.CacheDir != "/var/cache/deputy" || c.Sync.Parallelism != 3 ||
+		c.Sync.HealthTimeout.Duration != 2*time.Minute {
 		t.Errorf("sync %+v", c.Sync)
 	}
 	c, _, err = captureServe(t, "serve")

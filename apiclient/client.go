@@ -141,13 +141,33 @@ func (c *Client) Sync(ctx context.Context, namespace, name string, op v1alpha1.S
 	return &st, nil
 }
 
+// Application reads namespace/name with its status as deputy knows it
+// (GET .../applications/NAME): status.operationState, status.sync,
+// status.health and status.resources.
+//
+// Errors: those of Sync (a *StatusError 404 for an unknown Application),
+// and an answer that does not decode.
+func (c *Client) Application(ctx context.Context, namespace, name string) (*v1alpha1.Application, error) {
+	resp, err := c.do(ctx, http.MethodGet, c.applicationURL(namespace, name), nil)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var app v1alpha1.Application
+	if err := json.NewDecoder(resp.Body).Decode(&app); err != nil {
+		return nil, fmt.Errorf("failed to decode deputy's answer: %w", err)
+	}
+	return &app, nil
+}
+
 // ErrWatchEnded is returned by Watch when the stream ends before the
 // operation does (deputy restarted, a proxy cut the connection).
 var ErrWatchEnded = errors.New("the progress stream ended before the operation finished")
 
 // Watch follows the current operation of namespace/name, calling each for
 // every event in order, and returns the final state (a phase other than
-// Running).
+// Running). A failed attempt waiting for its retry (a Running state with
+// nextRetryAt) is not the end: the stream goes on with the retry.
 //
 // Errors: those of Sync, an error of each (which stops the watch),
 // ErrWatchEnded (with the last state seen, if any), and undecodable stream

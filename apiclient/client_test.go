@@ -153,3 +153,23 @@ func TestAnUntrustedServingCertificateIsACertificateError(t *testing.T) {
 		t.Errorf("message %q", err)
 	}
 }
+
+func TestApplicationReadsTheStatus(t *testing.T) {
+	var path string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		path = r.Method + " " + r.URL.Path
+		_ = json.NewEncoder(w).Encode(v1alpha1.Application{Status: v1alpha1.ApplicationStatus{Health: v1alpha1.HealthStatus{Status: v1alpha1.HealthStatusDegraded}}})
+	}))
+	defer srv.Close()
+	c, err := apiclient.New(apiclient.Options{Server: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	app, err := c.Application(t.Context(), "team-a", "web")
+	if err != nil || app.Status.Health.Status != v1alpha1.HealthStatusDegraded {
+		t.Fatalf("Application = %+v, %v", app, err)
+	}
+	if path != "GET "+v1alpha1.APIPath+"/namespaces/team-a/applications/web" {
+		t.Errorf("request %s", path)
+	}
+}

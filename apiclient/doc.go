@@ -1,6 +1,6 @@
 // Package apiclient is the client of deputy's own API (what `deputy sync`
-// calls): start a sync of an Application and follow its operation over the
-// progress stream. The wire format (paths, content type, the event type) is
+// calls): start a sync of an Application, follow its operation over the
+// progress stream, read the Application's status. The wire format (paths, content type, the event type) is
 // policy/v1alpha1's; the server is package webhook's APIHandler.
 //
 // It owns the client's transport (TLS with deputy's CA, a bearer token or a

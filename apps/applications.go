@@ -48,19 +48,28 @@ type Applications interface {
 	// returned it) and returns the operation's state as of the request:
 	// Running. File mode runs it at once; cluster mode records it on the
 	// Application and the leader looks the project up again when it runs
-	// it.
+	// it. A failed attempt is retried as spec.syncPolicy.retry says (see
+	// retry.go); the operation is in progress until it ends.
 	//
 	// Errors: ErrOperationInProgress while an operation of the Application
-	// is pending or runs (409), ErrShuttingDown (503), the API's NotFound
-	// or Conflict (cluster mode), others (500).
+	// is pending or runs (409; in cluster mode also while a failed attempt
+	// waits for its retry, which removing the operation field cancels; file
+	// mode replaces such an operation), ErrInvalidSync (422: invalid
+	// spec.syncPolicy.retry or healthTimeout, or operation healthTimeout),
+	// ErrShuttingDown (503), the API's NotFound or Conflict (cluster mode),
+	// others (500).
 	Start(ctx context.Context, app *v1alpha1.Application, project *v1alpha1.AppProject, op v1alpha1.SyncOperation, initiatedBy v1alpha1.InitiatedBy) (*v1alpha1.OperationState, error)
 	// ApplicationStatus is the Application's status as deputy knows it:
-	// the latest operation's state and the sync status it implies
-	// (v1alpha1.SyncStatusAfter); sync status Unknown when nothing tells it.
+	// the latest operation's state, the sync status it implies
+	// (v1alpha1.SyncStatusAfter; Unknown when nothing tells it), and
+	// status.health and status.resources as the last attempt that applied
+	// something left them (absent before one did; see recordOutcome).
 	ApplicationStatus(namespace, name string) v1alpha1.ApplicationStatus
 	// Watch streams the progress of the Application's current operation
 	// until it ends (first what is known, then every event, the final state
-	// last), then closes the channel; without a current operation it sends
+	// last; a failed attempt waiting for its retry is a Running state with
+	// nextRetryAt, not the end: the retry's events follow), then closes
+	// the channel; without a current operation it sends
 	// the latest state, if any, and closes. Cancelling ctx closes it too.
 	Watch(ctx context.Context, namespace, name string) <-chan v1alpha1.OperationEvent
 	// PushTargets: every Application, and the automated sync a Git push

@@ -77,6 +77,9 @@ type ControllerOptions struct {
 	// Logger receives the controller's and the operations' lines
 	// (including each operation's audit line). Default: discard.
 	Logger *slog.Logger
+	// Metrics, if set, counts the attempts this replica runs while it leads
+	// and reports the Applications it reconciles (NewMetrics).
+	Metrics *Metrics
 }
 
 // Controller is deputy's Application controller for cluster mode. Every
@@ -215,6 +218,7 @@ func NewController(opts ControllerOptions) (*Controller, error) {
 	if err := c.newInformer(dyn); err != nil {
 		return nil, err
 	}
+	opts.Metrics.observe(c)
 	return c, nil
 }
 

@@ -226,9 +226,11 @@ type ctlFixture struct {
 	ns     string
 	lease  string
 	runner *ctlRunner
-	logs   *lockedBuffer
-	dyn    dynamic.NamespaceableResourceInterface
-	kube   kubernetes.Interface
+	// run, if set, runs the replicas' operations instead of runner.
+	run  syncer.Runner
+	logs *lockedBuffer
+	dyn  dynamic.NamespaceableResourceInterface
+	kube kubernetes.Interface
 }
 
 func newCtlFixture(t *testing.T, ns string) *ctlFixture {
@@ -258,8 +260,12 @@ func (f *ctlFixture) newController(id string, grace time.Duration, cfg *rest.Con
 	f.t.Helper()
 	le := ctlLease
 	le.Name, le.Identity = f.lease, id
+	var runner syncer.Runner = f.runner
+	if f.run != nil {
+		runner = f.run
+	}
 	c, err := apps.NewController(apps.ControllerOptions{
-		Config: cfg, Runner: f.runner, Revisions: ctlRevisions{},
+		Config: cfg, Runner: runner, Revisions: ctlRevisions{},
 		Projects: func(app *v1alpha1.Application) (*v1alpha1.AppProject, error) {
 			return &v1alpha1.AppProject{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: app.Spec.Project}}, nil
 		},

@@ -46,7 +46,7 @@ func (c *Controller) lead(rootCtx, leaderCtx context.Context) {
 	defer stopLeading()
 
 	ops := NewOperations(c.opts.Runner, OperationsOptions{Workers: c.opts.Workers, Logger: c.opts.Logger,
-		StatusWriter: &statusWriter{c: c, term: t},
+		StatusWriter: &statusWriter{c: c, term: t}, Metrics: c.opts.Metrics, BeforeRetry: c.retryTarget,
 		// Whether or not the final state was written: the Application is
 		// free now, and may record another operation already.
 		OnFinished: func(namespace, name string) {
@@ -161,6 +161,12 @@ func (c *Controller) processNext(ctx context.Context, ops *Operations, queue wor
 // automated sync when one is due.
 func (c *Controller) reconcile(ctx context.Context, ops *Operations, key string) error {
 	app := c.get(key)
+	if reason := c.obsolete(key, app); reason != "" {
+		ns, name, _ := strings.Cut(key, "/")
+		if ops.cancelRetry(ns, name, reason) {
+			c.log.Info("a waiting retry was cancelled", "application", key, "reason", reason)
+		}
+	}
 	if app == nil {
 		return nil
 	}
@@ -179,7 +185,11 @@ func (c *Controller) reconcile(ctx context.Context, ops *Operations, key string)
 
 // runRecorded starts the operation app records, unless it runs, is done
 // (only the removal of the field is pending), or is this term's own
-// finished operation seen through a stale cache.
+// finished operation seen through a stale cache. A Running state of the
+// operation left by another leader is run again (an interruption), unless
+// it is a failed attempt waiting for its retry (nextRetryAt): that retry
+// runs at its time. An invalid sync (validateSync) or an unusable project
+// ends the operation in Error.
 func (c *Controller) runRecorded(ctx context.Context, ops *Operations, app *v1alpha1.Application) error {
 	key := appKey(app.Namespace, app.Name)
 	if ops.Running(app.Namespace, app.Name) {
@@ -193,19 +203,31 @@ func (c *Controller) runRecorded(ctx context.Context, ops *Operations, app *v1al
 	}
 	st := app.Status.OperationState
 	var interruptions int64
+	var cont *continuation
 	if st != nil && st.ObservedGeneration == app.Generation {
-		if st.Phase != v1alpha1.OperationRunning {
+		switch {
+		case st.Phase != v1alpha1.OperationRunning:
 			return c.clearOperation(ctx, app.Namespace, app.Name, recordOf(app))
+		case st.NextRetryAt != nil:
+			// A failed attempt waits for its retry, decided by a leader that
+			// stopped: not an interruption, the retry runs at its time.
+			interruptions = st.Interruptions
+			cont = &continuation{retryCount: st.RetryCount, waiting: st}
+			c.log.Info("resuming the retry of a failed operation", "application", key, "nextRetryAt", st.NextRetryAt.UTC().Format(time.RFC3339), "retryCount", st.RetryCount)
+		case st.Interruptions+1 >= MaxOperationAttempts:
+			return c.endInterrupted(ctx, app, st.Interruptions+1)
+		default:
+			interruptions = st.Interruptions + 1
+			cont = &continuation{retryCount: st.RetryCount}
+			c.log.Info("running an operation again: the leader that started it stopped before it ended",
+				"application", key, "startedAt", st.StartedAt.UTC().Format(time.RFC3339), "interruptions", interruptions)
 		}
-		if attempts := st.Interruptions + 1; attempts >= MaxOperationAttempts {
-			return c.endInterrupted(ctx, app, attempts)
-		}
-		interruptions = st.Interruptions + 1
-		c.log.Info("running an operation again: the leader that started it stopped before it ended",
-			"application", key, "startedAt", st.StartedAt.UTC().Format(time.RFC3339), "interruptions", interruptions)
 	}
 	project, err := c.opts.Projects(app)
-	if errors.Is(err, policy.ErrProjectNotUsable) {
+	if invalid := validateSync(app, *app.Operation.Sync); errors.Is(err, policy.ErrProjectNotUsable) || (err == nil && invalid != nil) {
+		if err == nil {
+			err = fmt.Errorf("%w: fix the Application and sync again", invalid)
+		}
 		now := metav1.Now()
 		final := &v1alpha1.OperationState{
 			Operation: *app.Operation.DeepCopy(), Phase: v1alpha1.OperationError, Message: err.Error(),
@@ -222,14 +244,14 @@ func (c *Controller) runRecorded(ctx context.Context, ops *Operations, app *v1al
 	}
 	rec := recordOf(app)
 	rec.interruptions = interruptions
-	if interruptions > 0 {
+	if interruptions > 0 && cont.waiting == nil {
 		// Record the attempt before running it: if this one crashes deputy
 		// too, the next leader must see it.
 		now := metav1.Now()
 		running := &v1alpha1.OperationState{
 			Operation: *app.Operation.DeepCopy(), Phase: v1alpha1.OperationRunning,
 			Message:   fmt.Sprintf("started again after an interruption (attempt %d of at most %d)", interruptions+1, MaxOperationAttempts),
-			StartedAt: now, ObservedGeneration: app.Generation, Interruptions: interruptions,
+			StartedAt: now, ObservedGeneration: app.Generation, Interruptions: interruptions, RetryCount: st.RetryCount,
 		}
 		if err := c.writeStatus(ctx, app.Namespace, app.Name, rec, running); err != nil {
 			return err
@@ -238,7 +260,7 @@ func (c *Controller) runRecorded(ctx context.Context, ops *Operations, app *v1al
 	c.mu.Lock()
 	c.running[key] = rec
 	c.mu.Unlock()
-	_, err = ops.Start(ctx, app, project, *app.Operation.Sync, app.Operation.InitiatedBy)
+	_, err = ops.start(ctx, app, project, *app.Operation.Sync, app.Operation.InitiatedBy, cont)
 	if errors.Is(err, ErrOperationInProgress) || errors.Is(err, ErrShuttingDown) {
 		return nil
 	}
@@ -254,7 +276,7 @@ func (c *Controller) endInterrupted(ctx context.Context, app *v1alpha1.Applicati
 	final := &v1alpha1.OperationState{
 		Operation: *app.Operation.DeepCopy(), Phase: v1alpha1.OperationError,
 		Message:   fmt.Sprintf("the operation was interrupted %d times (deputy stopped or crashed while running it, for example on a repository that exceeds its limits) and is not run again: sync again to retry", attempts),
-		StartedAt: st.StartedAt, FinishedAt: &now, ObservedGeneration: app.Generation, Interruptions: st.Interruptions,
+		StartedAt: st.StartedAt, FinishedAt: &now, ObservedGeneration: app.Generation, Interruptions: st.Interruptions, RetryCount: st.RetryCount,
 	}
 	c.log.Warn("an operation was interrupted too often; it ends in Error", "application", appKey(app.Namespace, app.Name), "attempts", attempts)
 	rec := recordOf(app)
@@ -315,6 +337,10 @@ func (c *Controller) autoSync(ctx context.Context, app *v1alpha1.Application) er
 		op.Revision = shas[0]
 	}
 	_, err = c.Start(ctx, app, project, op, v1alpha1.InitiatedBy{Automated: true})
+	if errors.Is(err, ErrInvalidSync) {
+		c.log.Warn("automated sync skipped: the Application is invalid", "application", key, "error", err.Error())
+		return nil // looked at again next period, or when it changes
+	}
 	if errors.Is(err, ErrOperationInProgress) || apierrors.IsNotFound(err) {
 		return nil
 	}

@@ -63,9 +63,10 @@ func (w *statusWriter) WriteOperationState(ctx context.Context, namespace, name 
 var errReplaced = errors.New("not written: the Application was deleted (and perhaps created again) since the operation was recorded")
 
 // writeStatus sets status.operationState (and status.sync after a
-// successful sync that was not a dry run: v1alpha1.SyncStatusAfter) of the Application rec was
-// recorded on, re-reading on conflicts. It writes nothing to a replaced
-// Application (errReplaced).
+// successful sync that was not a dry run: v1alpha1.SyncStatusAfter; and
+// status.health and status.resources at the end of an attempt:
+// recordOutcome) of the Application rec was recorded on, re-reading on
+// conflicts. It writes nothing to a replaced Application (errReplaced).
 func (c *Controller) writeStatus(ctx context.Context, namespace, name string, rec recordedOperation, state *v1alpha1.OperationState) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		u, err := c.client.Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
@@ -87,6 +88,9 @@ func (c *Controller) writeStatus(ctx context.Context, namespace, name string, re
 			status.Sync = sync
 		} else if status.Sync.Status == "" {
 			status.Sync.Status = v1alpha1.SyncStatusCodeUnknown
+		}
+		if attemptEnded(state) {
+			recordOutcome(&status, state, metav1.Now())
 		}
 		content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&status)
 		if err != nil {

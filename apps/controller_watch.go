@@ -172,5 +172,5 @@ func (f *statusFollower) events(app *v1alpha1.Application) []v1alpha1.OperationE
 func sameState(a, b *v1alpha1.OperationState) bool {
 	return a.Phase == b.Phase && a.Message == b.Message && a.Identity == b.Identity &&
 		a.ObservedGeneration == b.ObservedGeneration && a.StartedAt.Equal(&b.StartedAt) &&
-		reflect.DeepEqual(a.FinishedAt, b.FinishedAt)
+		reflect.DeepEqual(a.FinishedAt, b.FinishedAt) && a.RetryCount == b.RetryCount && reflect.DeepEqual(a.NextRetryAt, b.NextRetryAt)
 }

@@ -15,6 +15,9 @@
 //     holding the Lease (client-go leader election), states written to the
 //     status subresource; automated syncs when Git moved and, with selfHeal,
 //     every reconcile period;
+//   - retries of failed attempts (spec.syncPolicy.retry, retry.go), status.health
+//     and status.resources after each attempt (status.go, MaxStatusResources),
+//     and the Applications' metrics (Metrics), in both modes;
 //   - the rules both modes share, once: whether an Application is automated,
 //     which AppProject governs it (policy.ResolveAppProject, "project not
 //     usable": ProjectResolver), and which Applications a Git push moves

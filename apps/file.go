@@ -25,6 +25,9 @@ type FileOptions struct {
 	// Logger receives every operation's audit line and engine faults.
 	// Default: discard.
 	Logger *slog.Logger
+	// Metrics, if set, counts the operations' attempts and reports the
+	// Applications of the snapshot (NewMetrics).
+	Metrics *Metrics
 }
 
 // File is deputy's Applications in file mode: the Applications and
@@ -38,13 +41,30 @@ type File struct {
 
 var _ Applications = (*File)(nil)
 
-// NewFile returns file mode's Applications; Shutdown stops its queue.
+// NewFile returns file mode's Applications; Shutdown stops its queue. A
+// retry (spec.syncPolicy.retry) runs with the Application and AppProject of
+// the snapshot current then; it is cancelled when the Application is no
+// longer in the snapshot.
 func NewFile(opts FileOptions) *File {
-	return &File{
-		current:  opts.Snapshot,
-		projects: snapshotProjects(opts.Snapshot, opts.ProjectNamespaces),
-		ops:      NewOperations(opts.Runner, OperationsOptions{Workers: opts.Workers, Logger: opts.Logger}),
+	f := &File{current: opts.Snapshot, projects: snapshotProjects(opts.Snapshot, opts.ProjectNamespaces)}
+	f.ops = NewOperations(opts.Runner, OperationsOptions{Workers: opts.Workers, Logger: opts.Logger, Metrics: opts.Metrics,
+		BeforeRetry: f.retryTarget})
+	opts.Metrics.observe(f)
+	return f
+}
+
+// retryTarget is the Application namespace/name and its AppProject as the
+// current snapshot has them (OperationsOptions.BeforeRetry).
+func (f *File) retryTarget(namespace, name string) (*v1alpha1.Application, *v1alpha1.AppProject, error) {
+	app, err := f.Application(namespace, name)
+	if err != nil || app == nil {
+		return nil, nil, err
 	}
+	project, err := f.projects(app)
+	if err != nil {
+		return nil, nil, err
+	}
+	return app, project, nil
 }
 
 // Application implements Applications.

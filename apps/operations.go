@@ -1,14 +1,12 @@
 package apps
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -37,8 +35,10 @@ const statusWriteTimeout = 10 * time.Second
 // the seam for cluster mode, where the state goes to the Application's status
 // subresource. Operations always keeps the latest state in memory and serves
 // it (file mode needs nothing else); a StatusWriter is called in addition,
-// with the Running state when an operation starts and the final state before
-// the operation counts as finished, never concurrently for one Application.
+// with the Running state when an operation (or a retry's attempt) starts, a
+// failed attempt's state waiting for its retry (Running, NextRetryAt set),
+// and the final state before the operation counts as finished, never
+// concurrently for one Application.
 // An error is logged; the operation goes on.
 type StatusWriter interface {
 	WriteOperationState(ctx context.Context, namespace, name string, state *v1alpha1.OperationState) error
@@ -58,6 +58,17 @@ type OperationsOptions struct {
 	// Application is free for the next one (cluster mode: look at the
 	// Application again, an operation may have been recorded meanwhile).
 	OnFinished func(namespace, name string)
+	// BeforeRetry, if set, is called before each retry of a failed attempt
+	// (spec.syncPolicy.retry) with the Application's namespace and name: it
+	// returns the Application and its AppProject as they are now, which the
+	// retry runs with, or an error that cancels the retry (the Application
+	// was deleted, its operation removed or replaced, its project is not
+	// usable); the operation then ends in the failed attempt's phase, its
+	// message saying why the retry was cancelled. nil retries with the
+	// Application of the failed attempt.
+	BeforeRetry func(namespace, name string) (*v1alpha1.Application, *v1alpha1.AppProject, error)
+	// Metrics, if set, counts every attempt's end (NewMetrics).
+	Metrics *Metrics
 }
 
 // Operations is the operations queue: at most one operation per Application
@@ -68,10 +79,12 @@ type Operations struct {
 	runner syncer.Runner
 	log    *slog.Logger
 	writer StatusWriter
-	// onFinished: see OperationsOptions.OnFinished.
-	onFinished func(namespace, name string)
-	slots      chan struct{}
-	workers    int
+	// onFinished, beforeRetry: see OperationsOptions.
+	onFinished  func(namespace, name string)
+	beforeRetry func(namespace, name string) (*v1alpha1.Application, *v1alpha1.AppProject, error)
+	metrics     *Metrics
+	slots       chan struct{}
+	workers     int
 
 	base   context.Context // parent of every operation; cancelled by Shutdown
 	cancel context.CancelFunc
@@ -88,6 +101,11 @@ type appOperations struct {
 	running  bool
 	gen      uint64 // operation counter; progress of an earlier operation is ignored
 	watchers map[*watcher]struct{}
+	// retry is set while a failed attempt waits for its retry.
+	retry *pendingRetry
+	// outcome holds status.health and status.resources as the attempts
+	// left them (recordOutcome).
+	outcome v1alpha1.ApplicationStatus
 }
 
 // NewOperations returns an operations queue that runs operations with runner.
@@ -103,6 +121,7 @@ func NewOperations(runner syncer.Runner, opts OperationsOptions) *Operations {
 	base, cancel := context.WithCancel(context.Background())
 	return &Operations{
 		runner: runner, log: log, writer: opts.StatusWriter, onFinished: opts.OnFinished,
+		beforeRetry: opts.BeforeRetry, metrics: opts.Metrics,
 		slots: make(chan struct{}, workers), workers: workers,
 		base: base, cancel: cancel,
 		apps: map[string]*appOperations{},
@@ -112,17 +131,38 @@ func NewOperations(runner syncer.Runner, opts OperationsOptions) *Operations {
 // Start queues a sync of app governed by project (either may be read by the
 // engine; Start passes it copies) and returns at once with the operation's
 // Running state. The operation runs in the background, outliving ctx (whose
-// values it keeps) until it ends or Shutdown cancels it; when it ends, its
-// final state is kept as the Application's latest and one audit line is
-// written.
+// values it keeps) until it ends or Shutdown cancels it; a failed attempt
+// is retried as app's spec.syncPolicy.retry says (see RetryStrategy); when
+// the operation ends, its final state is kept as the Application's latest
+// and one audit line is written. A Start while a failed attempt of the
+// Application waits for its retry replaces that operation: the retry is
+// cancelled.
 //
 // Errors: ErrOperationInProgress while an operation of the same Application
-// runs, ErrShuttingDown after Shutdown, ctx's error when ctx has ended, and an
-// error for a nil app or project (look the project up first: the deputy.dev
-// AppProject named spec.project in the Application's namespace).
+// runs, ErrShuttingDown after Shutdown, ErrInvalidSync for an invalid
+// spec.syncPolicy or operation (naming the field), ctx's error when ctx has
+// ended, and an error for a nil app or project (look the project up first:
+// the deputy.dev AppProject named spec.project in the Application's
+// namespace).
 func (o *Operations) Start(ctx context.Context, app *v1alpha1.Application, project *v1alpha1.AppProject, op v1alpha1.SyncOperation, initiatedBy v1alpha1.InitiatedBy) (*v1alpha1.OperationState, error) {
+	return o.start(ctx, app, project, op, initiatedBy, nil)
+}
+
+// continuation is how an operation recorded earlier goes on when a new
+// leader runs it (cluster mode): the retries it made, and the persisted
+// state of a failed attempt that waits for its retry (nil: run now).
+type continuation struct {
+	retryCount int64
+	waiting    *v1alpha1.OperationState
+}
+
+// start is Start; cont continues an operation another leader began.
+func (o *Operations) start(ctx context.Context, app *v1alpha1.Application, project *v1alpha1.AppProject, op v1alpha1.SyncOperation, initiatedBy v1alpha1.InitiatedBy, cont *continuation) (*v1alpha1.OperationState, error) {
 	if app == nil || project == nil {
 		return nil, errors.New("failed to start a sync: an Application and its AppProject are required")
+	}
+	if err := validateSync(app, op); err != nil {
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -137,6 +177,12 @@ func (o *Operations) Start(ctx context.Context, app *v1alpha1.Application, proje
 		// OperationState.ObservedGeneration.
 		ObservedGeneration: app.Generation,
 	}
+	if cont != nil {
+		state.RetryCount = cont.retryCount
+		if cont.waiting != nil {
+			state = cont.waiting.DeepCopy()
+		}
+	}
 	req := syncer.Request{Application: app.DeepCopy(), Project: project.DeepCopy(), Sync: op, InitiatedBy: initiatedBy}
 
 	o.mu.Lock()
@@ -150,8 +196,11 @@ func (o *Operations) Start(ctx context.Context, app *v1alpha1.Application, proje
 		o.apps[key] = a
 	}
 	if a.running {
-		o.mu.Unlock()
-		return nil, ErrOperationInProgress
+		if cont != nil || a.retry == nil {
+			o.mu.Unlock()
+			return nil, ErrOperationInProgress
+		}
+		a.replaceRetry()
 	}
 	a.running, a.state, a.gen = true, state, a.gen+1
 	a.watchers = map[*watcher]struct{}{}
@@ -166,14 +215,60 @@ func (o *Operations) Start(ctx context.Context, app *v1alpha1.Application, proje
 		defer o.wg.Done()
 		defer cancel()
 		defer stop()
-		o.run(runCtx, key, gen, req, state.DeepCopy())
+		o.run(runCtx, key, gen, req, state.DeepCopy(), cont != nil && cont.waiting != nil)
 	}()
 	return out, nil
 }
 
-// run waits for a worker, runs the operation and records its end.
-func (o *Operations) run(ctx context.Context, key string, gen uint64, req syncer.Request, started *v1alpha1.OperationState) {
-	o.writeStatus(key, started)
+// run runs the operation's attempts and records its end: each attempt
+// waits for a worker and runs; a failed one with retries left waits for its
+// retry (waitRetry), then the next attempt runs with the Application as
+// BeforeRetry returns it and Request.Previous set. resumed: started is the
+// persisted state of a failed attempt waiting for its retry.
+func (o *Operations) run(ctx context.Context, key string, gen uint64, req syncer.Request, started *v1alpha1.OperationState, resumed bool) {
+	var final, waiting *v1alpha1.OperationState
+	if resumed {
+		waiting, final = started, previousAttempt(started)
+	} else {
+		o.writeStatus(key, started)
+	}
+	persist := true
+	for {
+		reason := ""
+		if waiting == nil {
+			final = o.attempt(ctx, key, gen, req, started)
+			if waiting = o.retryState(ctx, req, final); waiting == nil {
+				break
+			}
+			// Not worth the wait when the retry could not run anyway.
+			_, reason = o.retryRequest(req)
+		}
+		if reason == "" {
+			reason = o.waitRetry(ctx, key, gen, final, waiting)
+		}
+		if reason == "" {
+			req, reason = o.retryRequest(req)
+		}
+		if reason != "" {
+			final = final.DeepCopy()
+			final.Message += "; retry cancelled: " + reason
+			// Cancelled by a shutdown, the persisted state stays for the
+			// next leader; replaced, the next operation's state is written.
+			persist = reason != retryShutdown && reason != retryReplaced
+			break
+		}
+		req.Previous = final.DeepCopy()
+		started = retryStarted(waiting, final)
+		o.restart(key, gen, started)
+		o.writeStatus(key, started)
+		waiting = nil
+	}
+	o.finish(key, gen, req, final, persist)
+}
+
+// attempt waits for a worker, runs one attempt and returns its normalised
+// final state (normalizeFinal), counted in the metrics.
+func (o *Operations) attempt(ctx context.Context, key string, gen uint64, req syncer.Request, started *v1alpha1.OperationState) *v1alpha1.OperationState {
 	var final *v1alpha1.OperationState
 	select {
 	case o.slots <- struct{}{}:
@@ -189,13 +284,22 @@ func (o *Operations) run(ctx context.Context, key string, gen uint64, req syncer
 			final.Phase, final.Message = v1alpha1.OperationError, "operation cancelled before it started: deputy is shutting down"
 		}
 	}
+	begin := time.Now()
 	if final == nil {
 		func() {
 			defer func() { <-o.slots }()
 			final = o.runSafely(ctx, req, o.progress(key, gen))
 		}()
 	}
-	o.finish(key, gen, req, started, final)
+	o.mu.Lock()
+	var seen *v1alpha1.OperationState
+	if a := o.apps[key]; a != nil && a.gen == gen {
+		seen = a.state.DeepCopy()
+	}
+	o.mu.Unlock()
+	final = normalizeFinal(final, started, seen)
+	o.metrics.attemptEnded(req.Application, final, time.Since(begin))
+	return final
 }
 
 // runSafely calls the Runner and turns a panic (a bug: the contract says it
@@ -254,7 +358,8 @@ func (o *Operations) progress(key string, gen uint64) syncer.Progress {
 }
 
 // inherit fills what the engine left empty in s from the queue's record prev:
-// the operation, its start, and the resource results seen so far.
+// the operation, its start, its retries, and the resource results seen so
+// far.
 func inherit(s, prev *v1alpha1.OperationState) {
 	if s.Operation.Sync == nil {
 		s.Operation = *prev.Operation.DeepCopy()
@@ -264,6 +369,9 @@ func inherit(s, prev *v1alpha1.OperationState) {
 	}
 	if s.ObservedGeneration == 0 {
 		s.ObservedGeneration = prev.ObservedGeneration
+	}
+	if s.RetryCount == 0 {
+		s.RetryCount = prev.RetryCount
 	}
 	if s.Phase == "" {
 		s.Phase = v1alpha1.OperationRunning
@@ -300,25 +408,20 @@ func upsertResource(s *v1alpha1.OperationState, r *v1alpha1.ResourceResult) {
 	s.SyncResult.Resources = append(s.SyncResult.Resources, r)
 }
 
-// finish normalises the final state, persists it, publishes it to the
-// watchers (closing their streams), frees the Application for the next
-// operation, and writes the audit line.
-func (o *Operations) finish(key string, gen uint64, req syncer.Request, started, final *v1alpha1.OperationState) {
-	o.mu.Lock()
-	var seen *v1alpha1.OperationState
-	if a := o.apps[key]; a != nil && a.gen == gen {
-		seen = a.state.DeepCopy()
-	}
-	o.mu.Unlock()
-	final = normalizeFinal(final, started, seen)
+// finish persists the final state (unless persist is false), publishes it
+// to the watchers (closing their streams), frees the Application for the
+// next operation, and writes the audit line.
+func (o *Operations) finish(key string, gen uint64, req syncer.Request, final *v1alpha1.OperationState, persist bool) {
 	// Persist before the Application is free again, so that the next
 	// operation's Running state can never be overwritten by this one's end.
-	o.writeStatus(key, final)
-
+	if persist {
+		o.writeStatus(key, final)
+	}
 	o.mu.Lock()
 	if a := o.apps[key]; a != nil && a.gen == gen {
 		a.state = final
 		a.running = false
+		recordOutcome(&a.outcome, final, metav1.Now())
 		a.broadcast(v1alpha1.OperationEvent{Type: v1alpha1.OperationEventState, State: final.DeepCopy()}, true)
 		a.watchers = nil
 	}
@@ -365,52 +468,6 @@ func normalizeFinal(final, started, seen *v1alpha1.OperationState) *v1alpha1.Ope
 	return final
 }
 
-// auditLine writes the one audit line of an operation. It names who asked,
-// the Application, the revision, the identity the cluster saw, the outcome;
-// it carries no credentials (Operations never sees any).
-func (o *Operations) auditLine(req syncer.Request, final *v1alpha1.OperationState) {
-	user := req.InitiatedBy.Username
-	if user == "" && req.InitiatedBy.Automated {
-		user = "automated"
-	}
-	revision := cmp.Or(req.Sync.Revision, strings.Join(req.Sync.Revisions, ","))
-	if revs := final.SyncResult.RevisionList(); len(revs) > 0 {
-		revision = strings.Join(revs, ",")
-	} else if revision == "" {
-		var targets []string
-		for _, src := range req.Application.Spec.GetSources() {
-			targets = append(targets, src.TargetRevision)
-		}
-		revision = strings.Join(targets, ",")
-	}
-	o.log.LogAttrs(context.Background(), slog.LevelInfo, AuditMessage,
-		slog.String("user", user),
-		slog.String("application", appKey(req.Application.Namespace, req.Application.Name)),
-		slog.String("revision", revision),
-		slog.String("identity", final.Identity),
-		slog.String("phase", final.Phase),
-		slog.String("message", final.Message),
-		slog.Bool("dryRun", req.Sync.DryRun),
-		slog.Bool("prune", req.Sync.Prune),
-	)
-}
-
-func (o *Operations) writeStatus(key string, state *v1alpha1.OperationState) {
-	if o.writer == nil {
-		return
-	}
-	ns, name, _ := strings.Cut(key, "/")
-	ctx, cancel := context.WithTimeout(context.Background(), statusWriteTimeout)
-	defer cancel()
-	if err := o.writer.WriteOperationState(ctx, ns, name, state.DeepCopy()); err != nil {
-		if errors.Is(err, errTermEnding) || errors.Is(err, errReplaced) {
-			o.log.Info("operation state not recorded", "application", key, "phase", state.Phase, "reason", err.Error())
-			return
-		}
-		o.log.Error("failed to record the operation state", "application", key, "phase", state.Phase, "error", err.Error())
-	}
-}
-
 // Status returns a copy of the latest OperationState of the Application (the
 // running operation's, or the last one's), and false when it has had none
 // since deputy started.
@@ -425,19 +482,24 @@ func (o *Operations) Status(namespace, name string) (*v1alpha1.OperationState, b
 }
 
 // ApplicationStatus is the status deputy serves for an Application: the latest
-// OperationState, and a sync status as of that operation (v1alpha1.SyncStatusAfter;
+// OperationState, a sync status as of that operation (v1alpha1.SyncStatusAfter;
 // Unknown when it tells nothing: deputy does not compare live state between
-// operations yet).
+// operations yet), and status.health and status.resources as the last
+// attempt that assessed them left them (see recordOutcome).
 func (o *Operations) ApplicationStatus(namespace, name string) v1alpha1.ApplicationStatus {
 	st := v1alpha1.ApplicationStatus{Sync: v1alpha1.SyncStatus{Status: v1alpha1.SyncStatusCodeUnknown}}
-	state, ok := o.Status(namespace, name)
-	if !ok {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	a := o.apps[appKey(namespace, name)]
+	if a == nil || a.state == nil {
 		return st
 	}
-	st.OperationState = state
-	if sync, ok := v1alpha1.SyncStatusAfter(state); ok {
+	st.OperationState = a.state.DeepCopy()
+	if sync, ok := v1alpha1.SyncStatusAfter(st.OperationState); ok {
 		st.Sync = sync
 	}
+	out := a.outcome.DeepCopy()
+	st.Health, st.Resources = out.Health, out.Resources
 	return st
 }
 
@@ -449,15 +511,21 @@ func (o *Operations) Running(namespace, name string) bool {
 	return a != nil && a.running
 }
 
-// Shutdown stops accepting operations and waits for the running ones to end.
-// When ctx ends first, it cancels them and waits up to a few more seconds for
-// their Runners to return.
+// Shutdown stops accepting operations, cancels the retries that wait (in
+// cluster mode their persisted state stays for the next leader) and waits
+// for the running operations to end. When ctx ends first, it cancels them
+// and waits up to a few more seconds for their Runners to return.
 //
 // Errors: ctx's error when operations had to be cancelled; an error naming
 // the stuck operations' count when they did not return after cancellation.
 func (o *Operations) Shutdown(ctx context.Context) error {
 	o.mu.Lock()
 	o.closed = true
+	for _, a := range o.apps {
+		if a.retry != nil {
+			a.retry.cancel(retryShutdown)
+		}
+	}
 	o.mu.Unlock()
 	done := make(chan struct{})
 	go func() { o.wg.Wait(); close(done) }()

@@ -453,10 +453,10 @@ func TestEveryOperationWritesOneAuditLine(t *testing.T) {
 	want := []map[string]string{
 		{"level": "INFO", "user": "alice", "application": "guestbook/guestbook", "revision": "0123abc",
 			"identity": "system:serviceaccount:guestbook:guestbook-deployer", "phase": "Succeeded", "message": "successfully synced",
-			"dryRun": "true", "prune": "false"},
+			"dryRun": "true", "prune": "false", "retryCount": "0"},
 		{"level": "INFO", "user": "automated", "application": "ns/unscripted", "revision": "v9",
 			"identity": "", "phase": "Failed", "message": "fake runner: no script for ns/unscripted",
-			"dryRun": "false", "prune": "false"},
+			"dryRun": "false", "prune": "false", "retryCount": "0"},
 	}
 	if diff := cmp.Diff(want, rec.audit()); diff != "" {
 		t.Errorf("audit lines (-want +got):\n%s", diff)

@@ -73,6 +73,12 @@ type Sync struct {
 	// ApplicationNamespaces are the namespaces whose Applications deputy
 	// reconciles in cluster mode; empty means every namespace.
 	ApplicationNamespaces []string `json:"applicationNamespaces,omitempty"`
+	// HealthTimeout bounds how long an operation waits for the resources of
+	// one wave to become healthy (hooks: to complete) when neither the
+	// operation nor the Application's spec.syncPolicy.healthTimeout sets
+	// one; the operation then fails naming the resources that were not
+	// healthy. Default 5m; at most limits.operationTimeout.
+	HealthTimeout metav1.Duration `json:"healthTimeout,omitempty"`
 	// ReconcilePeriod is how often (cluster mode) the leader looks at every
 	// automated Application: it syncs when Git moved, and always when
 	// selfHeal is set. Default 3m, as Argo CD's timeout.reconciliation.
@@ -242,6 +248,9 @@ const (
 	// MaxSyncParallelism bounds sync.parallelism: each operation holds a Git
 	// checkout and rendered manifests in memory.
 	MaxSyncParallelism = 256
+	// DefaultSyncHealthTimeout is sync.healthTimeout's default (the sync
+	// engine's, syncer.DefaultHealthTimeout).
+	DefaultSyncHealthTimeout = 5 * time.Minute
 )
 
 // Default returns the embedded default configuration: 127.0.0.1:8443,
@@ -292,7 +301,7 @@ func SetDefaults(c *DeputyConfiguration) {
 }
 
 // SetSyncDefaults fills the sync engine's defaults: impersonation enforced,
-// cache dir .deputy/repos, parallelism 8, and, in cluster mode without a
+// cache dir .deputy/repos, parallelism 8, health timeout 5m, and, in cluster mode without a
 // cluster registry, the cluster deputy reads registered as "in-cluster" at
 // https://kubernetes.default.svc.
 func SetSyncDefaults(s *Sync, cluster Cluster) {
@@ -305,6 +314,9 @@ func SetSyncDefaults(s *Sync, cluster Cluster) {
 	}
 	if s.Parallelism == 0 {
 		s.Parallelism = DefaultSyncParallelism
+	}
+	if s.HealthTimeout.Duration == 0 {
+		s.HealthTimeout.Duration = DefaultSyncHealthTimeout
 	}
 	SetSyncSourcesDefaults(&s.SyncSources)
 	if len(s.Clusters) == 0 && (cluster.Kubeconfig != "" || cluster.InCluster) {
@@ -438,6 +450,12 @@ func validateSync(s *Sync, cluster Cluster, fld *field.Path) field.ErrorList {
 	}
 	if s.Parallelism < 1 || s.Parallelism > MaxSyncParallelism {
 		errs = append(errs, field.Invalid(fld.Child("parallelism"), s.Parallelism, fmt.Sprintf("must be between 1 and %d (--sync-parallelism)", MaxSyncParallelism)))
+	}
+	switch h, op := s.HealthTimeout.Duration, s.Limits.OperationTimeout.Duration; {
+	case h < time.Second:
+		errs = append(errs, field.Invalid(fld.Child("healthTimeout"), h.String(), "must be at least 1s, e.g. 5m (--sync-health-timeout)"))
+	case op > 0 && h > op:
+		errs = append(errs, field.Invalid(fld.Child("healthTimeout"), h.String(), fmt.Sprintf("must not exceed sync.limits.operationTimeout (%s), which ends the operation first: lower healthTimeout or raise operationTimeout", op)))
 	}
 	names, servers := map[string]int{}, map[string]int{}
 	for i, c := range s.Clusters {

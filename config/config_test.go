@@ -97,8 +97,9 @@ func TestValidateReportsEveryErrorWithItsField(t *testing.T) {
 
 func TestSyncDefaults(t *testing.T) {
 	c := Default()
-	if c.Sync.Impersonation.Enabled || !c.Sync.Impersonation.IsEnforced() || c.Sync.CacheDir != ".deputy/repos" || c.Sync.Parallelism != 8 {
-		t.Errorf("sync defaults: %+v, want impersonation disabled and enforced (Argo CD's defaults), .deputy/repos, 8", c.Sync)
+	if c.Sync.Impersonation.Enabled || !c.Sync.Impersonation.IsEnforced() || c.Sync.CacheDir != ".deputy/repos" || c.Sync.Parallelism != 8 ||
+		c.Sync.HealthTimeout.Duration != 5*time.Minute {
+		t.Errorf("sync defaults: %+v, want impersonation disabled and enforced (Argo CD's defaults), .deputy/repos, 8, health timeout 5m", c.Sync)
 	}
 	if len(c.Sync.Clusters) != 0 {
 		t.Errorf("file mode registers no cluster by default, got %+v", c.Sync.Clusters)
@@ -138,6 +139,7 @@ sync:
   - {url: "https://git.example/", secret: {namespace: deputy-system, name: git-creds}}
   cacheDir: /var/cache/deputy
   parallelism: 4
+  healthTimeout: 90s
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -147,6 +149,7 @@ sync:
 		t.Fatalf("valid sync section rejected: %v", errs)
 	}
 	if !c.Sync.Impersonation.Enabled || c.Sync.Impersonation.IsEnforced() || c.Sync.Parallelism != 4 || c.Sync.CacheDir != "/var/cache/deputy" ||
+		c.Sync.HealthTimeout.Duration != 90*time.Second ||
 		len(c.Sync.Clusters) != 2 || c.Sync.Repositories[1].Secret.Name != "git-creds" {
 		t.Errorf("decoded %+v", c.Sync)
 	}
@@ -167,6 +170,10 @@ func TestValidateSync(t *testing.T) {
 			[]string{"sync.parallelism: Invalid value: 1000"}},
 		{"a blank cache dir is rejected", func(c *DeputyConfiguration) { c.Sync.CacheDir = " " },
 			[]string{"sync.cacheDir: Required value"}},
+		{"a health timeout below a second is rejected", func(c *DeputyConfiguration) { c.Sync.HealthTimeout.Duration = time.Millisecond },
+			[]string{`sync.healthTimeout: Invalid value: "1ms": must be at least 1s`}},
+		{"a health timeout beyond the operation timeout is rejected, naming both", func(c *DeputyConfiguration) { c.Sync.HealthTimeout.Duration = time.Hour },
+			[]string{`sync.healthTimeout: Invalid value: "1h0m0s": must not exceed sync.limits.operationTimeout (30m0s)`}},
 		{"a cluster needs a name, a server URL and a connection", func(c *DeputyConfiguration) {
 			c.Sync.Clusters = []SyncCluster{{}}
 		}, []string{

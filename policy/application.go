@@ -20,7 +20,8 @@ type Application struct {
 // subdomain, as kube-apiserver requires of custom resources) and
 // metadata.namespace, spec.project, spec.source or spec.sources
 // (ApplicationSpec.ValidateSources: repoURL, a relative path inside the
-// repository, helm's fields, refs and $REF value files), and
+// repository, helm's fields, refs and $REF value files), spec.syncPolicy's
+// retry and healthTimeout (ApplicationSpec.ValidateSyncPolicy), and
 // spec.destination with server or
 // name (Argo CD accepts exactly one of the two). operation and status are
 // written by deputy, never by the policy author. A nil Application has no
@@ -49,6 +50,7 @@ func ValidateApplication(a *v1alpha1.Application) field.ErrorList {
 		errs = append(errs, field.Required(spec.Child("project"), "name the AppProject (deputy.dev, in the Application's namespace) that governs this Application"))
 	}
 	errs = append(errs, a.Spec.ValidateSources()...)
+	errs = append(errs, a.Spec.ValidateSyncPolicy()...) // retry, healthTimeout
 	dst := spec.Child("destination")
 	switch d := a.Spec.Destination; {
 	case d.Server == "" && d.Name == "":

@@ -234,3 +234,19 @@ spec:
 		t.Errorf("spec = %+v", spec)
 	}
 }
+
+func TestValidateApplicationChecksRetryAndHealthTimeout(t *testing.T) {
+	a := &v1alpha1.Application{}
+	a.Name, a.Namespace = "app", "ns"
+	a.Spec = v1alpha1.ApplicationSpec{Project: "p", Destination: v1alpha1.ApplicationDestination{Name: "in-cluster"},
+		Source:     v1alpha1.ApplicationSource{RepoURL: "file:///repo"},
+		SyncPolicy: &v1alpha1.SyncPolicy{Retry: &v1alpha1.RetryStrategy{Limit: 2, Backoff: &v1alpha1.Backoff{MaxDuration: "forever"}}, HealthTimeout: "10"}}
+	var got []string
+	for _, e := range policy.ValidateApplication(a) {
+		got = append(got, e.Field)
+	}
+	want := []string{"spec.syncPolicy.retry.backoff.maxDuration", "spec.syncPolicy.healthTimeout"}
+	if !slices.Equal(got, want) {
+		t.Errorf("fields = %v, want %v", got, want)
+	}
+}

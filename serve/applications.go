@@ -28,9 +28,9 @@ func LeaseNamespace(configured string) string {
 // is the cluster's state (AppProjects are resolved in it, in
 // sync.projectNamespaces); served tells whether the Application CRD is
 // served: the controller lists Applications and campaigns for the Lease only
-// while it is.
+// while it is; metrics (nil: none) are the Applications' metrics.
 func controllerOptions(cfg *config.DeputyConfiguration, restCfg *rest.Config, runner syncer.Runner, revisions syncer.RevisionResolver,
-	state func() *policy.ClusterState, served func() (served, known bool), log *slog.Logger) apps.ControllerOptions {
+	state func() *policy.ClusterState, served func() (served, known bool), metrics *apps.Metrics, log *slog.Logger) apps.ControllerOptions {
 	le := cfg.Sync.LeaderElection
 	return apps.ControllerOptions{
 		Config:          rest.CopyConfig(restCfg),
@@ -46,19 +46,21 @@ func controllerOptions(cfg *config.DeputyConfiguration, restCfg *rest.Config, ru
 			LeaseDuration: le.LeaseDuration.Duration, RenewDeadline: le.RenewDeadline.Duration, RetryPeriod: le.RetryPeriod.Duration,
 		},
 		ApplicationsServed: served,
+		Metrics:            metrics,
 		Logger:             log,
 	}
 }
 
 // fileOptions maps the configuration (sync.projectNamespaces,
 // sync.parallelism) onto file mode's Applications over the policy
-// snapshot.
-func fileOptions(cfg *config.DeputyConfiguration, snapshot func() *policy.Snapshot, runner syncer.Runner, log *slog.Logger) apps.FileOptions {
+// snapshot; metrics (nil: none) are the Applications' metrics.
+func fileOptions(cfg *config.DeputyConfiguration, snapshot func() *policy.Snapshot, runner syncer.Runner, metrics *apps.Metrics, log *slog.Logger) apps.FileOptions {
 	return apps.FileOptions{
 		Snapshot:          snapshot,
 		ProjectNamespaces: cfg.Sync.ProjectNamespaces,
 		Runner:            runner,
 		Workers:           cfg.Sync.Parallelism,
+		Metrics:           metrics,
 		Logger:            log,
 	}
 }
@@ -73,13 +75,14 @@ func fileOptions(cfg *config.DeputyConfiguration, snapshot func() *policy.Snapsh
 // releases the sync Lease once ctx has ended, while deputy still answers its
 // webhooks: kube-apiserver may ask deputy to authorize those very requests
 // (impersonated writes, the Lease update). stop may be called more than
-// once.
+// once. metrics (nil: none) count the operations and report the
+// Applications on /metrics.
 //
 // Errors: the controller cannot be built (apps.NewController).
 func startApplications(ctx context.Context, cfg *config.DeputyConfiguration, mode *runMode, snapshot func() *policy.Snapshot,
-	runner syncer.Runner, revisions syncer.RevisionResolver, log *slog.Logger) (applications apps.Applications, stop func(), err error) {
+	runner syncer.Runner, revisions syncer.RevisionResolver, metrics *apps.Metrics, log *slog.Logger) (applications apps.Applications, stop func(), err error) {
 	if mode.isCluster() {
-		controller, err := apps.NewController(controllerOptions(cfg, mode.restConfig, runner, revisions, mode.cluster.Current, mode.applicationsServed, log))
+		controller, err := apps.NewController(controllerOptions(cfg, mode.restConfig, runner, revisions, mode.cluster.Current, mode.applicationsServed, metrics, log))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -94,7 +97,7 @@ func startApplications(ctx context.Context, cfg *config.DeputyConfiguration, mod
 		// The controller drains and releases the Lease when ctx ends.
 		return controller, func() { <-done }, nil
 	}
-	file := apps.NewFile(fileOptions(cfg, snapshot, runner, log))
+	file := apps.NewFile(fileOptions(cfg, snapshot, runner, metrics, log))
 	var drained sync.Once
 	return file, func() {
 		drained.Do(func() {

@@ -17,7 +17,7 @@ import (
 )
 
 // newSyncRunner builds the sync engine from the configuration's sync
-// section. An engine that cannot be built (its cache directory cannot be
+// section (impersonation, clusters, sources and limits, healthTimeout). An engine that cannot be built (its cache directory cannot be
 // created, a Secret client cannot be made) does not stop deputy from serving
 // its webhooks: every operation then fails with the reason, and the error is
 // logged at start. Repository credentials in Secrets are read with deputy's
@@ -42,18 +42,26 @@ func newSyncRunner(s config.Sync, mode *runMode, log *slog.Logger) (syncer.Runne
 			return u, u
 		}
 	}
-	engine, err := syncer.NewEngine(syncer.EngineOptions{
-		Clusters:      syncClusters(s.Clusters, log),
-		Impersonation: syncer.ImpersonationSettings{Enabled: s.Impersonation.Enabled, Enforced: s.Impersonation.IsEnforced()},
-		Source:        SourceOptions(s, secrets),
-		Logger:        logr.FromSlogHandler(log.Handler()),
-	})
+	engine, err := syncer.NewEngine(engineOptions(s, secrets, log))
 	if err != nil {
 		log.Error("sync engine not available", "error", err.Error())
 		u := unavailableRunner{reason: err.Error()}
 		return u, u
 	}
 	return engine, engine
+}
+
+// engineOptions maps the configuration's sync section onto the engine's
+// options: the cluster registry, impersonation, the source cache
+// (SourceOptions) and sync.healthTimeout.
+func engineOptions(s config.Sync, secrets source.SecretGetter, log *slog.Logger) syncer.EngineOptions {
+	return syncer.EngineOptions{
+		Clusters:      syncClusters(s.Clusters, log),
+		Impersonation: syncer.ImpersonationSettings{Enabled: s.Impersonation.Enabled, Enforced: s.Impersonation.IsEnforced()},
+		Source:        SourceOptions(s, secrets),
+		HealthTimeout: s.HealthTimeout.Duration,
+		Logger:        logr.FromSlogHandler(log.Handler()),
+	}
 }
 
 // SourceOptions maps the configuration's sync section onto the options of

@@ -49,6 +49,19 @@ func TestEngineLimitsMapsEveryField(t *testing.T) {
 	}
 }
 
+func TestEngineOptionsCarryTheHealthTimeout(t *testing.T) {
+	c := config.Default()
+	c.Sync.HealthTimeout.Duration = 90 * time.Second
+	c.Sync.Impersonation.Enabled = true
+	o := engineOptions(c.Sync, nil, discardLog())
+	if o.HealthTimeout != 90*time.Second || !o.Impersonation.Enabled || !o.Impersonation.Enforced || o.Clusters == nil || o.Source.CacheDir != c.Sync.CacheDir {
+		t.Errorf("engineOptions = %+v", o)
+	}
+	if d := config.Default().Sync.HealthTimeout.Duration; d != syncer.DefaultHealthTimeout {
+		t.Errorf("sync.healthTimeout defaults to %s, the engine to %s: keep them equal", d, syncer.DefaultHealthTimeout)
+	}
+}
+
 func TestSyncClustersResolveNamesAndServers(t *testing.T) {
 	kc := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := os.WriteFile(kc, []byte(clusterTestKubeconfig), 0o600); err != nil {

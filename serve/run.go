@@ -7,6 +7,7 @@ import (
 	"net"
 	"sync/atomic"
 
+	"deputy.dev/deputy/apps"
 	"deputy.dev/deputy/authorizer"
 	"deputy.dev/deputy/config"
 	"deputy.dev/deputy/policy"
@@ -88,7 +89,11 @@ func Run(ctx context.Context, cfg *config.DeputyConfiguration, log *slog.Logger,
 	// authorized by the same authorizer as /authorize, and through the Git
 	// push webhook.
 	runner, revisions := newSyncRunner(cfg.Sync, mode, log)
-	applications, stopSyncs, err := startApplications(runCtx, cfg, mode, source.Current, runner, revisions, log)
+	appMetrics, err := apps.NewMetrics(metrics.Registry)
+	if err != nil {
+		return err
+	}
+	applications, stopSyncs, err := startApplications(runCtx, cfg, mode, source.Current, runner, revisions, appMetrics, log)
 	if err != nil {
 		return err
 	}

@@ -2,7 +2,11 @@ package serve
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -85,8 +89,40 @@ func TestRunServesTheSyncAPI(t *testing.T) {
 	if final.Phase == v1alpha1.OperationRunning || final.Phase == v1alpha1.OperationSucceeded {
 		t.Errorf("final state %+v, want a failure (nothing to sync to)", final)
 	}
+	// /metrics reports the Application and counts its attempt.
+	metrics := scrape(t, "https://"+addr.String()+"/metrics", filepath.Join(cfg.TLS.CertDir, certs.CACertFile))
+	for _, want := range []string{
+		`deputy_app_info{health_status="Unknown",name="guestbook",namespace="guestbook",project="guestbook",sync_status="Unknown"} 1`,
+		`deputy_app_sync_total{name="guestbook",namespace="guestbook",phase="` + final.Phase + `",project="guestbook"} 1`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 	bob, _ := apiclient.New(apiclient.Options{Server: "https://" + addr.String(), CAFile: filepath.Join(cfg.TLS.CertDir, certs.CACertFile), Token: bobAPIToken})
 	if _, err := bob.Sync(ctx, "guestbook", "guestbook", v1alpha1.SyncOperation{}); err == nil || !strings.Contains(err.Error(), `User "bob" cannot create resource "applications/sync"`) {
 		t.Errorf("bob's sync: %v", err)
 	}
+}
+
+// scrape GETs url over TLS verified with caFile and returns the body.
+func scrape(t *testing.T, url, caFile string) string {
+	t.Helper()
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}, Timeout: 10 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
+	}
+	return string(body)
 }

@@ -39,9 +39,10 @@ const APIPrefix = v1alpha1.APIPath
 // one v1alpha1.OperationEvent per line (what package apiclient decodes).
 const APIStreamContentType = v1alpha1.OperationStreamContentType
 
-// maxSyncRequestBytes bounds the body of a sync request: it holds three short
-// fields (revision, prune, dryRun), so 64 KiB is generous and anything larger
-// is refused with 413 before it is read further.
+// maxSyncRequestBytes bounds the body of a sync request: it holds a few short
+// fields (revision or revisions, prune, dryRun, healthTimeout), so 64 KiB is
+// generous and anything larger is refused with 413 before it is read
+// further.
 const maxSyncRequestBytes = 64 << 10
 
 // maxRevisionLength bounds a requested revision: Git ref names are far
@@ -235,6 +236,9 @@ func (h *APIHandler) sync(w http.ResponseWriter, r *http.Request) {
 		log.Info("sync refused: an operation is in progress", "application", ns+"/"+name)
 		writeStatus(w, fromAPIError(apierrors.NewConflict(applicationsResource, name, err)))
 		return
+	case errors.Is(err, apps.ErrInvalidSync):
+		writeStatus(w, fromAPIError(apierrors.NewInvalid(schema.GroupKind{Group: v1alpha1.Group, Kind: v1alpha1.KindApplication}, name, nil)).withMessage(err.Error()))
+		return
 	case errors.Is(err, apps.ErrShuttingDown):
 		writeStatus(w, fromAPIError(apierrors.NewServiceUnavailable(err.Error())))
 		return
@@ -249,7 +253,7 @@ func (h *APIHandler) sync(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, fromAPIError(apierrors.NewInternalError(err)))
 		return
 	}
-	log.Info("sync started", "application", ns+"/"+name, "revision", op.Revision, "prune", op.Prune, "dryRun", op.DryRun)
+	log.Info("sync started", "application", ns+"/"+name, "revision", op.Revision, "prune", op.Prune, "dryRun", op.DryRun, "healthTimeout", op.HealthTimeout)
 	writeJSON(w, http.StatusAccepted, state)
 }
 
@@ -280,7 +284,10 @@ func readSyncOperation(w http.ResponseWriter, r *http.Request) (v1alpha1.SyncOpe
 		for i, e := range strictErrs {
 			msgs[i] = e.Error()
 		}
-		return op, badRequest("invalid sync request: %s (the fields are revision, revisions, prune and dryRun)", strings.Join(msgs, "; "))
+		return op, badRequest("invalid sync request: %s (the fields are revision, revisions, prune, dryRun and healthTimeout)", strings.Join(msgs, "; "))
+	}
+	if errs := op.Validate(nil); len(errs) > 0 {
+		return op, badRequest("invalid sync request: %s", errs.ToAggregate().Error())
 	}
 	for _, rev := range append([]string{op.Revision}, op.Revisions...) {
 		if len(rev) > maxRevisionLength {

@@ -480,6 +480,8 @@ func TestAPISyncBodyValidation(t *testing.T) {
 		{"a revision with blanks is rejected", jsonCType, `{"revision":"main --upload-pack=x"}`, 400, "contains blanks or control characters"},
 		{"attack: a revision with blanks among revisions is rejected", jsonCType, `{"revisions":["main","main --upload-pack=x"]}`, 400, "contains blanks or control characters"},
 		{"revisions for an Application with spec.source are refused, naming the fix", jsonCType, `{"revisions":["main"]}`, 422, "revisions is for an Application with spec.sources; this one has spec.source: send revision"},
+		{"a health timeout that is not a Go duration is rejected", jsonCType, `{"healthTimeout":"5 minutes"}`, 400, `invalid sync request: healthTimeout: Invalid value: "5 minutes": not a Go duration`},
+		{"a negative health timeout is rejected", jsonCType, `{"healthTimeout":"-1m"}`, 400, `healthTimeout: Invalid value: "-1m": must be positive`},
 		{"an oversized body is refused", jsonCType, `{"revision":"` + strings.Repeat("a", maxSyncRequestBytes) + `"}`, 413, "request body is larger than the limit of 65536 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -719,5 +721,32 @@ func TestRevisionsMismatch(t *testing.T) {
 				t.Errorf("revisionsMismatch = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// invalidRetry serves guestbook/guestbook with an invalid
+// spec.syncPolicy.retry (as a cluster may hold it: no admission checks it).
+type invalidRetry struct{ apps.Applications }
+
+func (i invalidRetry) Application(ns, name string) (*v1alpha1.Application, error) {
+	a, err := i.Applications.Application(ns, name)
+	if a != nil {
+		a = a.DeepCopy()
+		a.Spec.SyncPolicy = &v1alpha1.SyncPolicy{Retry: &v1alpha1.RetryStrategy{Limit: 2, Backoff: &v1alpha1.Backoff{Duration: "later"}}}
+	}
+	return a, err
+}
+
+func TestAPISyncOfAnInvalidRetryIs422NamingTheField(t *testing.T) {
+	f := newAPIFixture(t, nil, func(_ *APIAuthenticationOptions, o *APIOptions) { o.Applications = invalidRetry{o.Applications} })
+	resp := f.do(t, http.MethodPost, syncPath, aliceAPIToken, jsonCType, `{"healthTimeout":"90s"}`)
+	if resp.code != http.StatusUnprocessableEntity {
+		t.Fatalf("code %d, want 422: %s", resp.code, resp.body)
+	}
+	if st := resp.status(t); !strings.Contains(st.Message, `spec.syncPolicy.retry.backoff.duration: Invalid value: "later"`) {
+		t.Errorf("message %q does not name the field", st.Message)
+	}
+	if f.ops.Running("guestbook", "guestbook") {
+		t.Error("an invalid sync started")
 	}
 }

@@ -52,6 +52,7 @@ type serveFlags struct {
 	syncImpersonationEnforced bool
 	syncCacheDir              string
 	syncParallelism           int
+	syncHealthTimeout         time.Duration
 
 	// printConfig prints the effective configuration instead of serving.
 	printConfig bool
@@ -122,6 +123,7 @@ DeputyConfiguration, see docs/configuration.md).`,
 	fs.BoolVar(&f.syncImpersonationEnforced, "sync-impersonation-enforced", true, "with impersonation enabled, fail a sync no destinationServiceAccounts entry matches (false: run it as deputy and say so)")
 	fs.StringVar(&f.syncCacheDir, "sync-cache-dir", "", "directory of the sync engine's Git clones (default "+config.DefaultSyncCacheDir+")")
 	fs.IntVar(&f.syncParallelism, "sync-parallelism", 0, fmt.Sprintf("sync operations that run at once; 0 keeps the default %d", config.DefaultSyncParallelism))
+	fs.DurationVar(&f.syncHealthTimeout, "sync-health-timeout", 0, "how long a sync waits for one wave's resources to become healthy unless the Application or the sync sets it (sync.healthTimeout; 0 keeps the default 5m)")
 	return cmd
 }
 
@@ -182,6 +184,7 @@ func flagOverrides(cfg *config.DeputyConfiguration, f *serveFlags) map[string]fu
 		"sync-impersonation-enforced":      func() { e := f.syncImpersonationEnforced; cfg.Sync.Impersonation.Enforced = &e },
 		"sync-cache-dir":                   func() { cfg.Sync.CacheDir = f.syncCacheDir },
 		"sync-parallelism":                 func() { cfg.Sync.Parallelism = f.syncParallelism },
+		"sync-health-timeout":              func() { cfg.Sync.HealthTimeout.Duration = f.syncHealthTimeout },
 	}
 }
 

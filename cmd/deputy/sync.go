@@ -31,29 +31,35 @@ const maxTokenFileBytes = 64 << 10
 const defaultServer = "https://" + config.DefaultListen
 
 type syncFlags struct {
-	dryRun     bool
-	prune      bool
-	revision   string
-	wait       bool
-	output     string
-	server     string
-	tokenFile  string
-	clientCert string
-	clientKey  string
-	caCert     string
+	dryRun        bool
+	prune         bool
+	revision      string
+	healthTimeout string
+	wait          bool
+	output        string
+	server        string
+	tokenFile     string
+	clientCert    string
+	clientKey     string
+	caCert        string
 }
 
 func newSyncCommand() *cobra.Command {
 	var f syncFlags
 	cmd := &cobra.Command{
-		Use:   "sync NAMESPACE/NAME [--dry-run] [--prune] [--revision R] [--wait] [-o json] [--server URL] [--token-file F | --client-cert F --client-key F] [--cacert F]",
+		Use:   "sync NAMESPACE/NAME [--dry-run] [--prune] [--revision R] [--health-timeout D] [--wait] [-o json] [--server URL] [--token-file F | --client-cert F --client-key F] [--cacert F]",
 		Short: "Start a sync of an Application through deputy's API, and follow it",
 		Long: `Ask a running deputy to sync the Application NAMESPACE/NAME, with deputy's
 own engine, as the ServiceAccount the Application's AppProject derives.
 
-With --wait, follow the operation: one line per resource (kind, name, result),
-then the phase and the identity the cluster saw. Exit code 0 means the sync
-succeeded, 1 anything else.
+With --wait, follow the operation: a line per resource whenever its result,
+health or hook phase changes (wave, kind, name, result, health), the failed
+attempts that spec.syncPolicy.retry retries ("...; retrying (attempt 2 of 4)
+at TIME"), then the message of a sync that did not succeed (a health timeout
+names the resources that were not healthy), the phase and the identity the
+cluster saw. With -o json, the final operation state (each resource with its
+health) and the Application's health (applicationHealth). Exit code 0 means
+the sync succeeded, 1 anything else.
 
 Credentials, first found: --token-file, --client-cert/--client-key, the
 environment variable DEPUTY_TOKEN, else the development client certificate
@@ -64,6 +70,7 @@ create on applications/sync (group deputy.dev) in the namespace, and get on
 applications to follow it.`,
 		Example: `  deputy sync guestbook/guestbook --wait
   deputy sync guestbook/guestbook --dry-run --prune --wait
+  deputy sync guestbook/guestbook --health-timeout 10m --wait
   DEPUTY_TOKEN=... deputy sync guestbook/guestbook --server https://deputy.example:8443 --cacert ca.crt --wait -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -74,6 +81,7 @@ applications to follow it.`,
 	fs.BoolVar(&f.dryRun, "dry-run", false, "send every write with dryRun=All: nothing changes in the cluster")
 	fs.BoolVar(&f.prune, "prune", false, "delete tracked objects that are no longer in Git")
 	fs.StringVar(&f.revision, "revision", "", "sync this branch, tag or commit instead of the Application's targetRevision")
+	fs.StringVar(&f.healthTimeout, "health-timeout", "", "how long this sync waits for one wave's resources to become healthy, e.g. 10m (default: the Application's spec.syncPolicy.healthTimeout, else deputy's sync.healthTimeout)")
 	fs.BoolVar(&f.wait, "wait", false, "follow the operation and exit 0 only if it succeeded")
 	fs.StringVarP(&f.output, "output", "o", "", `"json": print the operation state as JSON (the final one with --wait)`)
 	fs.StringVar(&f.server, "server", defaultServer, "deputy's URL")
@@ -147,6 +155,10 @@ func runSync(cmd *cobra.Command, ref string, f *syncFlags) error {
 	if f.output != "" && f.output != "json" {
 		return fmt.Errorf("--output %q: the only format is json", f.output)
 	}
+	op := v1alpha1.SyncOperation{Revision: f.revision, Prune: f.prune, DryRun: f.dryRun, HealthTimeout: f.healthTimeout}
+	if _, err := v1alpha1.ParseHealthTimeout(f.healthTimeout, nil); err != nil {
+		return fmt.Errorf("--health-timeout %q: %s", f.healthTimeout, err.Detail)
+	}
 	opts, err := syncClientOptions(cmd, f)
 	if err != nil {
 		return err
@@ -157,7 +169,7 @@ func runSync(cmd *cobra.Command, ref string, f *syncFlags) error {
 	}
 	ctx := cmd.Context()
 	out := cmd.OutOrStdout()
-	started, err := client.Sync(ctx, ns, name, v1alpha1.SyncOperation{Revision: f.revision, Prune: f.prune, DryRun: f.dryRun})
+	started, err := client.Sync(ctx, ns, name, op)
 	if err != nil {
 		return explainAPIError(err, opts)
 	}
@@ -168,9 +180,10 @@ func runSync(cmd *cobra.Command, ref string, f *syncFlags) error {
 		fmt.Fprintf(out, "sync of %s/%s started (%s)\n", ns, name, started.Phase)
 		return nil
 	}
+	progress := newProgressPrinter(out)
 	final, err := client.Watch(ctx, ns, name, func(ev v1alpha1.OperationEvent) error {
-		if f.output == "" && ev.Type == v1alpha1.OperationEventResource && ev.Resource != nil {
-			fmt.Fprintln(out, resourceLine(ev.Resource))
+		if f.output == "" {
+			progress.event(ev)
 		}
 		return nil
 	})
@@ -178,7 +191,7 @@ func runSync(cmd *cobra.Command, ref string, f *syncFlags) error {
 		return explainAPIError(err, opts)
 	}
 	if f.output == "json" {
-		if err := printJSON(out, final); err != nil {
+		if err := printJSON(out, finalJSON{OperationState: final, ApplicationHealth: applicationHealth(ctx, client, ns, name, final)}); err != nil {
 			return err
 		}
 	} else {
@@ -194,19 +207,6 @@ func runSync(cmd *cobra.Command, ref string, f *syncFlags) error {
 		return exitError{code: 1}
 	}
 	return nil
-}
-
-// resourceLine is "Deployment guestbook/web  Synced" (and the message, if any).
-func resourceLine(r *v1alpha1.ResourceResult) string {
-	name := r.Name
-	if r.Namespace != "" {
-		name = r.Namespace + "/" + r.Name
-	}
-	line := r.Kind + " " + name + "  " + r.Status
-	if r.Message != "" {
-		line += "  " + r.Message
-	}
-	return line
 }
 
 // finalLine is "Succeeded as system:serviceaccount:guestbook:guestbook-deployer".

@@ -63,6 +63,15 @@ spec:
   source: {repoURL: https://example.test/guestbook.git}
   destination: {server: https://kubernetes.default.svc, namespace: guestbook}
 ---
+apiVersion: deputy.dev/v1alpha1
+kind: Application
+metadata: {name: flaky, namespace: guestbook}
+spec:
+  project: guestbook
+  source: {repoURL: https://example.test/guestbook.git}
+  destination: {server: https://kubernetes.default.svc, namespace: guestbook}
+  syncPolicy: {retry: {limit: 1, backoff: {duration: 10ms}}}
+---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
 metadata: {name: syncer, namespace: guestbook}
@@ -81,18 +90,24 @@ subjects:
 	{Name: "tokens.csv", Data: []byte(syncAliceToken + ",alice,alice-uid\n" + syncBobToken + ",bob,bob-uid\n")},
 }
 
-// cliRunner syncs guestbook/guestbook (two resources, Succeeded) and fails
-// guestbook/broken with a preflight report; it records the requests.
+// cliRunner syncs guestbook/guestbook (two resources, Succeeded), fails
+// guestbook/broken with a preflight report, and runs guestbook/flaky
+// (flakyRun) once a watch follows it; it records the requests.
 type cliRunner struct {
 	mu   sync.Mutex
 	reqs []syncer.Request
+	// watching is closed when a watch of an Application began.
+	watching chan struct{}
 }
 
-func (r *cliRunner) Run(_ context.Context, req syncer.Request, progress syncer.Progress) *v1alpha1.OperationState {
+func (r *cliRunner) Run(ctx context.Context, req syncer.Request, progress syncer.Progress) *v1alpha1.OperationState {
 	r.mu.Lock()
 	r.reqs = append(r.reqs, req)
 	r.mu.Unlock()
 	id := "system:serviceaccount:guestbook:guestbook-deployer"
+	if req.Application.Name == "flaky" {
+		return flakyRun(ctx, r.watching, req, progress)
+	}
 	if req.Application.Name == "broken" {
 		return &v1alpha1.OperationState{Phase: v1alpha1.OperationFailed, Identity: id,
 			Message: "preflight: system:serviceaccount:guestbook:guestbook-deployer lacks 1 permission:\n  create deployments.apps in guestbook"}
@@ -121,7 +136,7 @@ func startSyncServer(t *testing.T, cert *tls.Certificate, clientCA *x509.CertPoo
 		t.Fatal(err)
 	}
 	current := func() *policy.Snapshot { return snap }
-	runner := &cliRunner{}
+	runner := &cliRunner{watching: make(chan struct{})}
 	ops := apps.NewFile(apps.FileOptions{Snapshot: current, ProjectNamespaces: []string{"guestbook"}, Runner: runner,
 		Logger: slog.New(slog.DiscardHandler)})
 	t.Cleanup(func() {
@@ -149,7 +164,7 @@ func startSyncServer(t *testing.T, cert *tls.Certificate, clientCA *x509.CertPoo
 			Tokens: tokenreview.NewChain(auds, func() *policy.TokenSet { return snap.TokenSetOf() }), ClientCA: verify}),
 		APIAudiences: auds,
 		Authorizer:   apiAuthz,
-		Applications: ops,
+		Applications: watchSignal{Applications: ops, watching: runner.watching, once: &sync.Once{}},
 	})
 	srv := httptest.NewUnstartedServer(h)
 	srv.TLS = &tls.Config{ClientAuth: tls.RequestClientCert, MinVersion: tls.VersionTLS12}
@@ -357,11 +372,13 @@ func TestSyncDefaultsToTheDevelopmentSetup(t *testing.T) {
 }
 
 func TestServeSyncFlags(t *testing.T) {
-	c, out, err := captureServe(t, "serve", "--sync-impersonation-enabled", "--sync-impersonation-enforced=false", "--sync-cache-dir", "/var/cache/deputy", "--sync-parallelism", "3")
+	c, out, err := captureServe(t, "serve", "--sync-impersonation-enabled", "--sync-impersonation-enforced=false", "--sync-cache-dir", "/var/cache/deputy", "--sync-parallelism", "3",
+		"--sync-health-timeout", "2m")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if !c.Sync.Impersonation.Enabled || c.Sync.Impersonation.IsEnforced() || c.Sync.CacheDir != "/var/cache/deputy" || c.Sync.Parallelism != 3 {
+	if !c.Sync.Impersonation.Enabled || c.Sync.Impersonation.IsEnforced() || c.Sync.CacheDir != "/var/cache/deputy" || c.Sync.Parallelism != 3 ||
+		c.Sync.HealthTimeout.Duration != 2*time.Minute {
 		t.Errorf("sync %+v", c.Sync)
 	}
 	c, _, err = captureServe(t, "serve")

@@ -81,7 +81,8 @@ type liveObject struct {
 	// that manages it ("" for none).
 	tracking string
 	// soleApplier: every managedFields entry is deputy's server-side apply
-	// of the object itself: nobody else has written it since.
+	// of the object itself, or a write of its status subresource: nobody
+	// else has written what deputy applied since.
 	soleApplier bool
 	deleting    bool
 	// health is the object's health when the list returned whole objects
@@ -109,13 +110,25 @@ func (l *liveObject) unchangedFrom(digest string) bool {
 	return l != nil && !l.deleting && l.soleApplier && l.digest != "" && l.digest == digest
 }
 
+// notSole marks l written by someone else since deputy applied it.
+func (l *liveObject) notSole() *liveObject {
+	l.soleApplier = false
+	return l
+}
+
 func liveFrom(m *metav1.PartialObjectMetadata) *liveObject {
 	l := &liveObject{uid: m.UID, digest: m.Annotations[appliedDigestAnnotation], tracking: m.Annotations[TrackingAnnotation],
 		deleting: m.DeletionTimestamp != nil}
-	l.soleApplier = len(m.ManagedFields) > 0
 	for _, f := range m.ManagedFields {
-		if f.Manager != FieldManager || f.Operation != metav1.ManagedFieldsOperationApply || f.Subresource != "" {
-			l.soleApplier = false
+		switch {
+		case f.Subresource == "status":
+			// A controller writing status (a Deployment's rollout) cannot
+			// change what deputy applied: the status subresource ignores
+			// every other field.
+		case f.Manager == FieldManager && f.Operation == metav1.ManagedFieldsOperationApply && f.Subresource == "":
+			l.soleApplier = true
+		default:
+			return l.notSole()
 		}
 	}
 	return l

@@ -83,7 +83,12 @@ func TestUnchangedFrom(t *testing.T) {
 		{"another body", "d0", []metav1.ManagedFieldsEntry{apply}, nil, false},
 		{"edited by someone else since", "d1", []metav1.ManagedFieldsEntry{apply, {Manager: "kubectl-edit", Operation: metav1.ManagedFieldsOperationUpdate}}, nil, false},
 		{"an update under deputy's name", "d1", []metav1.ManagedFieldsEntry{apply, {Manager: FieldManager, Operation: metav1.ManagedFieldsOperationUpdate}}, nil, false},
-		{"a status writer", "d1", []metav1.ManagedFieldsEntry{apply, {Manager: "controller", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status"}}, nil, false},
+		// A controller's status writes (a rollout) cannot change what
+		// deputy applied; a scale subresource write can (spec.replicas).
+		{"a status writer", "d1", []metav1.ManagedFieldsEntry{apply, {Manager: "controller", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status"}}, nil, true},
+		{"a status writer before deputy", "d1", []metav1.ManagedFieldsEntry{{Manager: "controller", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status"}, apply}, nil, true},
+		{"a status writer alone", "d1", []metav1.ManagedFieldsEntry{{Manager: "controller", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status"}}, nil, false},
+		{"a scale writer", "d1", []metav1.ManagedFieldsEntry{apply, {Manager: "hpa", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "scale"}}, nil, false},
 		{"managed fields cleared", "d1", nil, nil, false},
 		{"being deleted", "d1", []metav1.ManagedFieldsEntry{apply}, &now, false},
 		{"no digest recorded", "", []metav1.ManagedFieldsEntry{apply}, nil, false},

@@ -128,13 +128,10 @@ func TestSyncWaveWaitNeedsWatch(t *testing.T) {
 	// Should the engine apply and wait after all, it gives up soon.
 	app.Spec.SyncPolicy = &v1alpha1.SyncPolicy{HealthTimeout: "5s"}
 	st := engine.Run(t.Context(), syncer.Request{Application: app, Project: project}, nil)
-	// The permission is worded as the preflight words the others ("create
-	// secrets in namespace NS, for Secret NS/NAME"): that it says "watch
-	// deployments" and names the Deployment is an assumption, the
-	// requirement itself is the contract ("Preflight also asks: watch (by
-	// name) for every object whose health must be read").
+	// The permission is worded as the preflight words the others ("watch
+	// deployments.apps in namespace NS, for Deployment.apps NS/db").
 	if st.Phase != v1alpha1.OperationError || !strings.Contains(st.Message, "preflight failed: "+saUser) ||
-		!strings.Contains(st.Message, "watch deployments") || !strings.Contains(st.Message, "Deployment "+ns+"/db") {
+		!strings.Contains(st.Message, "watch deployments.apps") || !strings.Contains(st.Message, "Deployment.apps "+ns+"/db") {
 		t.Errorf("%s", describeAll(st))
 	}
 	cs := admin(t)
@@ -247,10 +244,9 @@ func TestSyncFailedHookRunsSyncFailHooks(t *testing.T) {
 	if st.Phase != v1alpha1.OperationFailed {
 		t.Fatalf("phase %s, want Failed: %s", st.Phase, describeAll(st))
 	}
-	// The message names the failed hook (the contract does not fix the
-	// wording: "Job NS/check" as the timeout message names resources is
-	// an assumption).
-	if !strings.Contains(st.Message, "Job "+ns+"/check") {
+	// The message names the failed hook as the engine names resources
+	// (Kind.group NAMESPACE/NAME).
+	if !strings.Contains(st.Message, "hook failed: Job.batch "+ns+"/check") {
 		t.Errorf("the message does not name the failed hook Job %s/check: %q", ns, st.Message)
 	}
 	res := resultsByName(st)
@@ -298,12 +294,10 @@ func TestSyncHealthTimeoutNamesTheUnhealthyResource(t *testing.T) {
 	if st.Phase != v1alpha1.OperationFailed {
 		t.Fatalf("phase %s, want Failed: %s", st.Phase, describeAll(st))
 	}
-	if !strings.Contains(st.Message, "Deployment "+ns+"/stuck") {
+	if !strings.Contains(st.Message, "Deployment.apps "+ns+"/stuck") {
 		t.Errorf("the message does not name Deployment %s/stuck: %q", ns, st.Message)
 	}
-	// The contract's example wording ("... not healthy within 30s:
-	// Deployment ns/web (Progressing: ...)"); the phrase is not final.
-	if !strings.Contains(st.Message, "within 3s") {
+	if !strings.Contains(st.Message, "not healthy within 3s (healthTimeout): Deployment.apps "+ns+"/stuck (Progressing") {
 		t.Errorf("the message does not name the timeout (3s): %q", st.Message)
 	}
 	if strings.Contains(st.Message, "timeout-settings") {
@@ -324,7 +318,7 @@ func TestSyncHealthTimeoutNamesTheUnhealthyResource(t *testing.T) {
 		start := time.Now()
 		st := engine.Run(ctx, syncer.Request{Application: app, Project: project, Sync: v1alpha1.SyncOperation{HealthTimeout: "2s"}}, nil)
 		took := time.Since(start)
-		if st.Phase != v1alpha1.OperationFailed || !strings.Contains(st.Message, "Deployment "+ns+"/stuck") || took > time.Minute {
+		if st.Phase != v1alpha1.OperationFailed || !strings.Contains(st.Message, "within 2s (healthTimeout): Deployment.apps "+ns+"/stuck") || took > time.Minute {
 			t.Errorf("after %s: %s", took, describeAll(st))
 		}
 	})

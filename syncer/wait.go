@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer/health"
@@ -28,18 +29,20 @@ import (
 // healthTimeout is the operation's wait per step: the operation's
 // healthTimeout, else the Application's, else the engine's.
 func (op *operation) healthTimeout() (time.Duration, error) {
-	for _, f := range []struct{ value, field string }{
-		{op.req.Sync.HealthTimeout, "operation.sync.healthTimeout"},
-		{syncPolicyHealthTimeout(op.app), "spec.syncPolicy.healthTimeout"},
+	for _, f := range []struct {
+		value string
+		path  *field.Path
+	}{
+		{op.req.Sync.HealthTimeout, field.NewPath("operation", "sync", "healthTimeout")},
+		{syncPolicyHealthTimeout(op.app), field.NewPath("spec", "syncPolicy", "healthTimeout")},
 	} {
-		if f.value == "" {
-			continue
+		d, ferr := v1alpha1.ParseHealthTimeout(f.value, f.path)
+		if ferr != nil {
+			return 0, fmt.Errorf("application %s/%s: %s", op.app.Namespace, op.app.Name, ferr.Error())
 		}
-		d, err := time.ParseDuration(f.value)
-		if err != nil || d <= 0 {
-			return 0, fmt.Errorf("application %s/%s: %s %q is not a positive duration: write one such as \"90s\" or \"5m\"", op.app.Namespace, op.app.Name, f.field, f.value)
+		if d > 0 {
+			return d, nil
 		}
-		return d, nil
 	}
 	return op.e.opts.HealthTimeout, nil
 }

@@ -151,16 +151,14 @@ func TestSyncWaitPrintsHealthAndStatusRecordsIt(t *testing.T) {
 	t.Logf("deputy sync --wait:\n%s", output)
 
 	t.Run("the output names each resource's health and the outcome", func(t *testing.T) {
-		// The CLI's format is not final: the contract says results carry
-		// health and are re-emitted when it changes; that a resource line
-		// ("Deployment NS/NAME  Synced ...") carries the health code is the
-		// assumption here.
+		// One line per change: "wave 1  apps/Deployment NS/NAME  Synced
+		// Healthy: ...  created".
 		lines := strings.Split(output, "\n")
 		for _, name := range []string{"api", "worker"} {
-			prefix := "Deployment " + wavesDestNS + "/" + name + " "
+			prefix := "apps/Deployment " + wavesDestNS + "/" + name + " "
 			healthy := false
 			for _, l := range lines {
-				if strings.HasPrefix(l, prefix) && strings.Contains(l, v1alpha1.HealthStatusHealthy) {
+				if strings.Contains(l, prefix) && strings.Contains(l, "Synced  "+v1alpha1.HealthStatusHealthy+":") {
 					healthy = true
 				}
 			}

@@ -18,15 +18,12 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +36,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"deputy.dev/deputy/syncer"
+
+	"deputy.dev/deputy/test/load/internal/peakrss"
 )
 
 // Result is what applyfloor prints.
@@ -107,7 +106,7 @@ func run(start time.Time) error {
 		}()
 	}
 	wg.Wait()
-	res := Result{Objects: len(files), Failed: int(failed.Load()), Seconds: time.Since(start).Seconds(), VmHWMKiB: vmHWM()}
+	res := Result{Objects: len(files), Failed: int(failed.Load()), Seconds: time.Since(start).Seconds(), VmHWMKiB: peakrss.KiB()}
 	if e, ok := firstErr.Load().(string); ok {
 		res.Error = e
 	}
@@ -135,23 +134,4 @@ func applyFile(ctx context.Context, cs *kubernetes.Clientset, namespace, file st
 	_, err = cs.CoreV1().ConfigMaps(namespace).Patch(ctx, meta.Metadata.Name, types.ApplyPatchType, body,
 		metav1.PatchOptions{FieldManager: "applyfloor", Force: force})
 	return err
-}
-
-// vmHWM is the process's peak resident set size in KiB (Linux), or -1.
-func vmHWM() int64 {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return -1
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if v, ok := strings.CutPrefix(s.Text(), "VmHWM:"); ok {
-			n, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			if err == nil {
-				return n
-			}
-		}
-	}
-	return -1
 }

@@ -12,7 +12,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
@@ -20,7 +19,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -31,6 +29,8 @@ import (
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer"
 	"deputy.dev/deputy/syncer/source"
+
+	"deputy.dev/deputy/test/load/internal/peakrss"
 )
 
 // Result is what syncbench prints.
@@ -136,7 +136,7 @@ func run() error {
 			once.Do(func() { first = time.Now() })
 		}
 	})
-	res := Result{Phase: st.Phase, Identity: st.Identity, Seconds: time.Since(start).Seconds(), VmHWMKiB: vmHWM()}
+	res := Result{Phase: st.Phase, Identity: st.Identity, Seconds: time.Since(start).Seconds(), VmHWMKiB: peakrss.KiB()}
 	if !first.IsZero() {
 		res.BeforeApplySeconds = first.Sub(start).Seconds()
 	}
@@ -150,23 +150,4 @@ func run() error {
 		}
 	}
 	return json.NewEncoder(os.Stdout).Encode(res)
-}
-
-// vmHWM is the process's peak resident set size in KiB (Linux), or -1.
-func vmHWM() int64 {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return -1
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if v, ok := strings.CutPrefix(s.Text(), "VmHWM:"); ok {
-			n, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			if err == nil {
-				return n
-			}
-		}
-	}
-	return -1
 }

@@ -53,11 +53,7 @@ type haReplica struct {
 // haSetup creates deputy's identity and RBAC, the AppProject, the
 // destination's ServiceAccount and the replicas' configuration; it returns
 // the `deputy serve` arguments of replica name.
-type haEnv struct {
-	dir        string
-	kubeconfig string
-	policyDir  string
-}
+type haEnv struct{ *replicaEnv }
 
 func setupHA(t *testing.T) *haEnv {
 	t.Helper()
@@ -65,17 +61,7 @@ func setupHA(t *testing.T) *haEnv {
 	for _, ns := range []string{"deputy-system", haAppNamespace, haDestNamespace} {
 		ensureNamespace(t, ns)
 	}
-	// deputy's own RBAC, exactly as the install manifests grant it (no
-	// impersonate rule): manifests/base/rbac.yaml.
-	rbacFile := filepath.Join(framework.RepoRoot(), "manifests", "base", "rbac.yaml")
-	if out, stderr, err := cp.Kubectl(t.Context(), nil, "apply", "-f", rbacFile); err != nil {
-		t.Fatalf("kubectl apply -f %s: %v\n%s%s", rbacFile, err, out, stderr)
-	}
-	env := &haEnv{dir: t.TempDir()}
-	env.kubeconfig = filepath.Join(env.dir, "deputy.kubeconfig")
-	if err := cp.WriteTokenKubeconfig(env.kubeconfig, serviceAccountToken(t, "deputy-system", "deputy")); err != nil {
-		t.Fatal(err)
-	}
+	env := &haEnv{replicaEnv: newReplicaEnv(t)}
 
 	// The project's ServiceAccount may manage ConfigMaps in the destination.
 	create(t, cs.CoreV1().ServiceAccounts(haDestNamespace).Create, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: haDeployer}})
@@ -84,31 +70,12 @@ func setupHA(t *testing.T) *haEnv {
 	applyDeputyProject(t)
 
 	// The replicas' own policy: an operator token allowed to sync.
-	env.policyDir = filepath.Join(env.dir, "policy")
-	if err := os.Mkdir(env.policyDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
+	env.writePolicy(t, "ha-operator", haOperatorToken, "")
 	write := func(name, content string) {
 		if err := os.WriteFile(filepath.Join(env.dir, name), []byte(content), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	write("policy/tokens.csv", haOperatorToken+",ha-operator,ha-operator-uid,\"e2e\"\n")
-	write("policy/rbac.yaml", `apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: application-syncer}
-rules:
-- apiGroups: [deputy.dev]
-  resources: [applications, applications/sync]
-  verbs: [get, create]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: ha-operator-syncs}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: application-syncer}
-subjects:
-- {apiGroup: rbac.authorization.k8s.io, kind: User, name: ha-operator}
-`)
 	write("github-secret", haGitHubSecret)
 	return env
 }
@@ -119,22 +86,7 @@ subjects:
 // deployed as ha-deployer.
 func applyDeputyProject(t *testing.T) {
 	t.Helper()
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "deputy.dev/v1alpha1", "kind": "AppProject",
-		"metadata": map[string]any{"name": "ha", "namespace": "deputy-system"},
-		"spec": map[string]any{
-			"sourceNamespaces": []any{haAppNamespace},
-			"sourceRepos":      []any{"*"},
-			"destinations":     []any{map[string]any{"server": inCluster, "namespace": haDestNamespace}},
-			"destinationServiceAccounts": []any{map[string]any{
-				"server": inCluster, "namespace": haDestNamespace, "defaultServiceAccount": haDeployer}},
-		},
-	}}
-	dyn := dynamic.NewForConfigOrDie(cp.Admin)
-	gvr := apps.ApplicationsResource.GroupVersion().WithResource("appprojects")
-	if _, err := dyn.Resource(gvr).Namespace("deputy-system").Create(t.Context(), u, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatalf("create AppProject ha: %v", err)
-	}
+	createDeputyAppProject(t, "ha", haAppNamespace, haDestNamespace, haDeployer)
 }
 
 func (e *haEnv) start(t *testing.T, name string) *haReplica {

@@ -405,11 +405,7 @@ const (
 
 var wavesSAUser = "system:serviceaccount:" + wavesDestNS + ":" + wavesSA
 
-type wavesEnv struct {
-	dir        string
-	kubeconfig string
-	policyDir  string
-}
+type wavesEnv struct{ *replicaEnv }
 
 var wavesReplicas int
 
@@ -422,61 +418,15 @@ func setupWaves(t *testing.T) *wavesEnv {
 	for _, ns := range []string{deputyNamespace, wavesAppNS, wavesDestNS} {
 		ensureNamespace(t, ns)
 	}
-	rbacFile := filepath.Join(framework.RepoRoot(), "manifests", "base", "rbac.yaml")
-	if out, stderr, err := cp.Kubectl(t.Context(), nil, "apply", "-f", rbacFile); err != nil {
-		t.Fatalf("kubectl apply -f %s: %v\n%s%s", rbacFile, err, out, stderr)
-	}
-	env := &wavesEnv{dir: t.TempDir()}
-	env.kubeconfig = filepath.Join(env.dir, "deputy.kubeconfig")
-	if err := cp.WriteTokenKubeconfig(env.kubeconfig, serviceAccountToken(t, deputyNamespace, "deputy")); err != nil {
-		t.Fatal(err)
-	}
+	env := &wavesEnv{replicaEnv: newReplicaEnv(t)}
 	serviceAccountToken(t, wavesDestNS, wavesSA)
 	verbs := []string{"get", "list", "watch", "create", "update", "patch", "delete"}
 	role(t, wavesDestNS, wavesSA, wavesDestNS, wavesSA,
 		rule("apps", []string{"deployments"}, verbs...),
 		rule("batch", []string{"jobs"}, verbs...),
 		rule("", []string{"configmaps"}, verbs...))
-	project := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "deputy.dev/v1alpha1", "kind": "AppProject",
-		"metadata": map[string]any{"name": wavesProject, "namespace": deputyNamespace},
-		"spec": map[string]any{
-			"sourceNamespaces": []any{wavesAppNS},
-			"sourceRepos":      []any{"*"},
-			"destinations":     []any{map[string]any{"server": inCluster, "namespace": wavesDestNS}},
-			"destinationServiceAccounts": []any{map[string]any{
-				"server": inCluster, "namespace": wavesDestNS, "defaultServiceAccount": wavesSA}},
-		},
-	}}
-	projects := dynamicResource("deputy.dev", "v1alpha1", "appprojects").Namespace(deputyNamespace)
-	if _, err := projects.Create(t.Context(), project, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatalf("create AppProject %s: %v", wavesProject, err)
-	}
-	env.policyDir = filepath.Join(env.dir, "policy")
-	if err := os.Mkdir(env.policyDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	write := func(name, content string) {
-		if err := os.WriteFile(filepath.Join(env.policyDir, name), []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("tokens.csv", wavesOperatorToken+",waves-operator,waves-operator-uid,\"e2e\"\n")
-	write("rbac.yaml", fmt.Sprintf(`apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: application-syncer, namespace: %[1]s}
-rules:
-- apiGroups: [deputy.dev]
-  resources: [applications, applications/sync]
-  verbs: [get, create]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: waves-operator-syncs, namespace: %[1]s}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: application-syncer}
-subjects:
-- {apiGroup: rbac.authorization.k8s.io, kind: User, name: waves-operator}
-`, wavesAppNS))
+	createDeputyAppProject(t, wavesProject, wavesAppNS, wavesDestNS, wavesSA)
+	env.writePolicy(t, "waves-operator", wavesOperatorToken, wavesAppNS)
 	// The main deputy's gate must have seen the project before a sync can
 	// impersonate wavesSA (as deputy-system/deputy).
 	c := cp.TokenConfig(serviceAccountToken(t, deputyNamespace, "deputy"))

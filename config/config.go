@@ -301,7 +301,8 @@ func SetDefaults(c *DeputyConfiguration) {
 }
 
 // SetSyncDefaults fills the sync engine's defaults: impersonation enforced,
-// cache dir .deputy/repos, parallelism 8, health timeout 5m, and, in cluster mode without a
+// cache dir .deputy/repos, parallelism 8, health timeout 5m (or
+// sync.limits.operationTimeout when that is shorter), and, in cluster mode without a
 // cluster registry, the cluster deputy reads registered as "in-cluster" at
 // https://kubernetes.default.svc.
 func SetSyncDefaults(s *Sync, cluster Cluster) {
@@ -315,10 +316,13 @@ func SetSyncDefaults(s *Sync, cluster Cluster) {
 	if s.Parallelism == 0 {
 		s.Parallelism = DefaultSyncParallelism
 	}
-	if s.HealthTimeout.Duration == 0 {
-		s.HealthTimeout.Duration = DefaultSyncHealthTimeout
-	}
 	SetSyncSourcesDefaults(&s.SyncSources)
+	if s.HealthTimeout.Duration == 0 {
+		// The default never exceeds the operation's own timeout, which a
+		// configuration may set lower (validation refuses only an explicit
+		// healthTimeout above it).
+		s.HealthTimeout.Duration = min(DefaultSyncHealthTimeout, s.Limits.OperationTimeout.Duration)
+	}
 	if len(s.Clusters) == 0 && (cluster.Kubeconfig != "" || cluster.InCluster) {
 		s.Clusters = []SyncCluster{{Name: DefaultSyncClusterName, Server: DefaultClusterServer,
 			Kubeconfig: cluster.Kubeconfig, Context: cluster.Context, InCluster: cluster.InCluster}}

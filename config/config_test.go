@@ -266,3 +266,19 @@ func TestImpersonatorNamespacesFollowProjectNamespaces(t *testing.T) {
 		t.Errorf("default impersonator namespaces %v, project namespaces %v", ns, d.Sync.ProjectNamespaces)
 	}
 }
+
+// A configuration that lowers sync.limits.operationTimeout below the health
+// timeout's default gets a default that fits, not an error.
+func TestHealthTimeoutDefaultFitsTheOperationTimeout(t *testing.T) {
+	var s Sync
+	s.Limits.OperationTimeout.Duration = 20 * time.Second
+	SetSyncDefaults(&s, Cluster{})
+	if s.HealthTimeout.Duration != 20*time.Second {
+		t.Errorf("healthTimeout default = %s, want the 20s operation timeout", s.HealthTimeout.Duration)
+	}
+	var d Sync
+	SetSyncDefaults(&d, Cluster{})
+	if d.HealthTimeout.Duration != DefaultSyncHealthTimeout {
+		t.Errorf("healthTimeout default = %s, want %s", d.HealthTimeout.Duration, DefaultSyncHealthTimeout)
+	}
+}

@@ -20,9 +20,10 @@ import (
 // phase and wave as the operation's identity, like every other object, and
 // carry the tracking annotation; unlike other objects they are sent on
 // every sync (never skipped as unchanged) and never pruned. A named hook
-// with the delete policy BeforeHookCreation (the default) has its previous
-// object deleted first, unless another Application tracks it (then it
-// fails untouched), and is then applied; a hook with
+// whose object exists but is not tracked by this Application (another
+// Application's, nobody's) fails untouched; one with the delete policy
+// BeforeHookCreation (the default) has its previous object deleted first,
+// and is then applied; a hook with
 // metadata.generateName is created (POST) and the server names it. A hook
 // is done when package health says its phase is Succeeded or Failed (a Job's
 // Complete or Failed condition, a Pod's phase, any other kind's health).
@@ -41,6 +42,17 @@ func (op *operation) runHook(ctx context.Context, cl *clients, p *plan, pf *pref
 	}
 	if other := pf.trackedBy[o.key]; other != "" {
 		op.record(o.slot, o.result(v1alpha1.ResultCodeSyncFailed, trackedElsewhereMessage(o.key, other, op.tracking)))
+		return
+	}
+	if l := pf.live[o.key]; l != nil && !o.generated && l.tracking != op.tracking {
+		// Every delete policy ends in deleting the hook's object
+		// (BeforeHookCreation before it runs, HookSucceeded/HookFailed
+		// after), and the hook's name is the tenant's: deputy deletes only
+		// what carries this Application's tracking annotation (prune's
+		// rule), so an existing object nobody tracks (someone else's, one a
+		// controller owns) fails the hook untouched, like another
+		// Application's above.
+		op.record(o.slot, o.result(v1alpha1.ResultCodeSyncFailed, fmt.Sprintf("not run: %s exists and is not tracked by this Application (annotation %s): a hook's object is deleted and re-created, and deputy deletes only objects this Application tracks: rename the hook, or delete the object", o.key, TrackingAnnotation)))
 		return
 	}
 	if err := ctx.Err(); err != nil {

@@ -74,7 +74,16 @@ type permCheck struct {
 	// none means the request itself carries no name (list, POST create).
 	names   []string
 	objects []string
+	// recreated are names whose "create" is needed although the object
+	// exists: it is deleted first (see verbRecreate).
+	recreated map[string]bool
 }
+
+// verbRecreate is what objectChecks adds for an object that exists and is
+// deleted and then created again (a hook's BeforeHookCreation): asked as
+// "create", and needed even though the object exists now (a denied create
+// is otherwise dropped for existing objects, see runChecks).
+const verbRecreate = "re-create"
 
 type permKey struct{ verb, group, resource, namespace string }
 
@@ -85,6 +94,10 @@ type permSet struct {
 }
 
 func (s *permSet) add(verb string, gvr schema.GroupVersionResource, namespace, name, what string) {
+	recreate := verb == verbRecreate
+	if recreate {
+		verb = "create"
+	}
 	if s.index == nil {
 		s.index = map[permKey]*permCheck{}
 	}
@@ -94,6 +107,12 @@ func (s *permSet) add(verb string, gvr schema.GroupVersionResource, namespace, n
 		c = &permCheck{verb: verb, group: gvr.Group, resource: gvr.Resource, namespace: namespace, gvr: gvr}
 		s.index[k] = c
 		s.order = append(s.order, c)
+	}
+	if recreate {
+		if c.recreated == nil {
+			c.recreated = map[string]bool{}
+		}
+		c.recreated[name] = true
 	}
 	if name != "" {
 		c.names = append(c.names, name)
@@ -315,6 +334,9 @@ func (op *operation) neededPermissions(p *plan, res *preflightResult, scopes []l
 			need.Add("get", o.gvr.Group, o.gvr.Resource, o.namespace(), o.name())
 		}
 		op.objectChecks(o, false, nil, func(verb string, gvr schema.GroupVersionResource, namespace, name, _ string) {
+			if verb == verbRecreate {
+				verb = "create"
+			}
 			need.Add(verb, gvr.Group, gvr.Resource, namespace, name)
 		})
 	}
@@ -438,7 +460,8 @@ func (op *operation) readsHealth(o *planObject) bool {
 // name (a generated hook's name is not known yet: every name), and a
 // CustomResourceDefinition is read until Established ("get"). A hook whose
 // previous object goes first (BeforeHookCreation) needs "delete" and "get"
-// on it; delete policies that remove it after it ran need "delete".
+// on it, and "create" (it is re-created); delete policies that remove it
+// after it ran need "delete".
 func (op *operation) objectChecks(o *planObject, known bool, live *liveObject, add func(verb string, gvr schema.GroupVersionResource, namespace, name, what string)) {
 	what, name := o.key.String(), o.name()
 	if o.generated {
@@ -463,6 +486,10 @@ func (op *operation) objectChecks(o *planObject, known bool, live *liveObject, a
 	if !o.generated && (!known || live != nil) && o.place.HasPolicy(waves.BeforeHookCreation) {
 		add("delete", o.gvr, o.namespace(), name, what+" (hook-delete-policy BeforeHookCreation: its previous object)")
 		add("get", o.gvr, o.namespace(), name, what+" (to see its previous object gone)")
+		if known && live != nil {
+			// Deleted first, it is then created anew.
+			add(verbRecreate, o.gvr, o.namespace(), name, what+" (re-created after hook-delete-policy BeforeHookCreation)")
+		}
 	}
 	if o.place.HasPolicy(waves.HookSucceeded) || o.place.HasPolicy(waves.HookFailed) {
 		add("delete", o.gvr, o.namespace(), name, what+" (hook-delete-policy)")

@@ -74,14 +74,15 @@ func (op *operation) runChecks(ctx context.Context, cl *clients, checks []*permC
 		return nil, firstErr
 	}
 
-	// 3. A denied create is not needed for an object that exists.
+	// 3. A denied create is not needed for an object that exists (unless
+	// it is deleted and created again: recreated).
 	needed := make([]bool, len(tasks))
 	parallel(len(tasks), limit, func(t int) {
 		if !nameDenied[t] {
 			return
 		}
 		c := checks[tasks[t].check]
-		if c.verb != "create" {
+		if c.verb != "create" || c.recreated[c.names[tasks[t].idx]] {
 			needed[t] = true
 			return
 		}

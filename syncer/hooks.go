@@ -59,8 +59,8 @@ func (op *operation) runHook(ctx context.Context, cl *clients, p *plan, pf *pref
 		op.record(o.slot, o.result(v1alpha1.ResultCodeSyncFailed, "not run: "+err.Error()))
 		return
 	}
-	if l := pf.live[o.key]; l != nil && !dry && !o.generated && o.place.HasPolicy(waves.BeforeHookCreation) {
-		if err := op.deleteAndWait(ctx, cl, o, string(l.uid)); err != nil {
+	if uid := op.previousHook(o, pf); uid != "" && !dry && !o.generated && o.place.HasPolicy(waves.BeforeHookCreation) {
+		if err := op.deleteAndWait(ctx, cl, o, uid); err != nil {
 			op.record(o.slot, o.result(v1alpha1.ResultCodeSyncFailed, fmt.Sprintf("cannot delete the hook's previous object (hook-delete-policy %s): %v", waves.BeforeHookCreation, err)))
 			return
 		}
@@ -98,8 +98,28 @@ func (op *operation) runHook(ctx context.Context, cl *clients, p *plan, pf *pref
 	} else {
 		o.keepLive(raw)
 		r.HookPhase = v1alpha1.HookPhaseRunning
+		if o.live != nil && !o.generated {
+			op.mu.Lock()
+			op.hookUIDs[o.key] = string(o.live.GetUID())
+			op.mu.Unlock()
+		}
 	}
 	op.record(o.slot, r)
+}
+
+// previousHook is the UID of the object a named hook replaces: the one an
+// earlier phase of this operation created (a hook of several phases runs
+// anew in each), else the one the preflight found, "" when there is none.
+func (op *operation) previousHook(o *planObject, pf *preflightResult) string {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	if uid := op.hookUIDs[o.key]; uid != "" {
+		return uid
+	}
+	if l := pf.live[o.key]; l != nil {
+		return string(l.uid)
+	}
+	return ""
 }
 
 // deleteAndWait deletes o's live object (the one with uid) in the

@@ -483,7 +483,7 @@ func (op *operation) objectChecks(o *planObject, known bool, live *liveObject, a
 	if !o.hook || dry {
 		return
 	}
-	if !o.generated && (!known || live != nil) && o.place.HasPolicy(waves.BeforeHookCreation) {
+	if !o.generated && (!known || live != nil || len(o.place.Phases) > 1) && o.place.HasPolicy(waves.BeforeHookCreation) {
 		add("delete", o.gvr, o.namespace(), name, what+" (hook-delete-policy BeforeHookCreation: its previous object)")
 		add("get", o.gvr, o.namespace(), name, what+" (to see its previous object gone)")
 		if known && live != nil {

@@ -42,10 +42,12 @@ type operation struct {
 	done  bool
 	// failure says why a step of the sync failed (run), "" while none did.
 	failure string
+	// hookUIDs are the objects named hooks created in this operation.
+	hookUIDs map[objKey]string
 }
 
 func (e *Engine) newOperation(req Request, progress Progress) *operation {
-	op := &operation{e: e, req: req, app: req.Application, project: req.Project, progress: progress}
+	op := &operation{e: e, req: req, app: req.Application, project: req.Project, progress: progress, hookUIDs: map[objKey]string{}}
 	op.log = e.opts.Logger
 	if op.app != nil {
 		op.log = op.log.WithValues("application", op.app.Namespace+"/"+op.app.Name)

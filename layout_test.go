@@ -29,7 +29,7 @@ var allowedImports = map[string][]string{
 	"syncer":                  {"syncer/source", "syncer/health", "syncer/waves", "syncer/permissions", "policy", "policy/v1alpha1"},
 	"syncer/permissions":      {},
 	"syncer/waves":            {"policy/v1alpha1"},
-	"syncer/health":           {"policy/v1alpha1"},
+	"syncer/health":           {"policy/v1alpha1", "syncer/waves"},
 	"syncer/source":           {"policy/v1alpha1", "internal/secretfile", "syncer/source/helm", "syncer/source/localrepo", "syncer/source/chartrepo", "syncer/source/gitfetch", "syncer/source/limit"},
 	"syncer/source/localrepo": {},
 	"syncer/source/helm":      {"policy/v1alpha1"},

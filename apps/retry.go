@@ -101,10 +101,11 @@ func (a *appOperations) replaceRetry() {
 }
 
 // retryState is the state of final's operation waiting for its retry, or nil
-// when final is not retried: it succeeded, the operation was cancelled, or
+// when final is not retried: it succeeded, it was a dry run (a check, which
+// a retry would not change), the operation was cancelled, or
 // spec.syncPolicy.retry of the attempt's Application allows no more.
 func (o *Operations) retryState(ctx context.Context, req syncer.Request, final *v1alpha1.OperationState) *v1alpha1.OperationState {
-	if final.Phase == v1alpha1.OperationSucceeded || ctx.Err() != nil || req.Application.Spec.SyncPolicy == nil {
+	if final.Phase == v1alpha1.OperationSucceeded || req.Sync.DryRun || ctx.Err() != nil || req.Application.Spec.SyncPolicy == nil {
 		return nil
 	}
 	policy, errs := req.Application.Spec.SyncPolicy.Retry.Parse(field.NewPath("spec", "syncPolicy", "retry"))

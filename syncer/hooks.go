@@ -34,7 +34,7 @@ import (
 func (op *operation) runHook(ctx context.Context, cl *clients, p *plan, pf *preflightResult, o *planObject) {
 	dry := op.req.Sync.DryRun
 	if prev := op.carriedHook(o); prev != nil {
-		r := o.result(v1alpha1.ResultCodeSynced, fmt.Sprintf("succeeded in an earlier attempt of this operation (retry %d); not run again", op.req.Previous.RetryCount))
+		r := o.result(v1alpha1.ResultCodeSynced, "succeeded in an earlier attempt of this operation; not run again")
 		r.Name, r.HookPhase = prev.Name, v1alpha1.HookPhaseSucceeded
 		o.createdName = prev.Name
 		op.record(o.slot, r)

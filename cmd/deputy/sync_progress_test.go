@@ -57,7 +57,7 @@ func flakyRun(ctx context.Context, watching chan struct{}, req syncer.Request, p
 			Message:    "not healthy within 1s: Deployment guestbook/web (Progressing: 0 of 1 replicas available)",
 			SyncResult: &v1alpha1.SyncOperationResult{Revision: "0123abc", Resources: []*v1alpha1.ResourceResult{hook(v1alpha1.HookPhaseSucceeded, ""), progressing}}}
 	}
-	carried := hook(v1alpha1.HookPhaseSucceeded, "succeeded in attempt 1; not run again")
+	carried := hook(v1alpha1.HookPhaseSucceeded, "succeeded in an earlier attempt of this operation; not run again")
 	healthy := deploy(v1alpha1.HealthStatus{Status: v1alpha1.HealthStatusHealthy})
 	progress(nil, carried)
 	progress(nil, healthy)
@@ -78,7 +78,7 @@ PreSync wave 0  batch/Job guestbook/migrate  Synced  hook Succeeded
 wave 1  apps/Deployment guestbook/web  Synced  Progressing: 0 of 1 replicas available
 not healthy within 1s: Deployment guestbook/web (Progressing: 0 of 1 replicas available); retrying (attempt 2 of 2) at TIME
 retry 1 running
-PreSync wave 0  batch/Job guestbook/migrate  Synced  hook Succeeded  succeeded in attempt 1; not run again
+PreSync wave 0  batch/Job guestbook/migrate  Synced  hook Succeeded  succeeded in an earlier attempt of this operation; not run again
 wave 1  apps/Deployment guestbook/web  Synced  Healthy
 Succeeded as system:serviceaccount:guestbook:guestbook-deployer
 `

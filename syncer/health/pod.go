@@ -6,6 +6,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"deputy.dev/deputy/syncer/waves"
+
 	"deputy.dev/deputy/policy/v1alpha1"
 )
 
@@ -15,21 +17,12 @@ const (
 	// restartPolicy is OnFailure or Never as a long-running one, unless the
 	// Pod is a hook.
 	annotationIgnoreRestartPolicy = "argocd.argoproj.io/ignore-restart-policy"
-	annotationHook                = "argocd.argoproj.io/hook"
-	annotationHelmHook            = "helm.sh/hook"
 )
 
 // isHook reports whether u is a sync hook as Argo CD tells one: an
 // argocd.argoproj.io/hook annotation other than Skip alone, or a Helm hook
 // annotation other than crd-install.
-func isHook(u *unstructured.Unstructured) bool {
-	ann := u.GetAnnotations()
-	if v, ok := ann[annotationHook]; ok {
-		return strings.TrimSpace(v) != "Skip"
-	}
-	v, ok := ann[annotationHelmHook]
-	return ok && v != "crd-install"
-}
+func isHook(u *unstructured.Unstructured) bool { return waves.IsHook(u.GetAnnotations()) }
 
 // podHealth is Argo CD's Pod health. A Pod with restartPolicy Always (the
 // default) runs until deleted: Healthy once Ready, Degraded when a

@@ -7,10 +7,15 @@
 // the objects against the AppProject (destinations, kinds), derives the
 // ServiceAccount to impersonate (Argo CD's destinationServiceAccounts), runs a
 // preflight of every permission the operation needs as that ServiceAccount,
-// applies server-side (field manager "deputy") as that ServiceAccount, prunes
-// only objects carrying the Application's tracking annotation, never applies
-// or prunes an object another Application's tracking annotation claims, and
-// reports the operation's state: one operation (Runner, Engine). It holds
+// applies server-side (field manager "deputy") as that ServiceAccount in Argo
+// CD's order of phases, waves and hooks (placed by sub-package waves), waits
+// after each wave until its objects are healthy (judged and watched through
+// sub-package health), runs hooks and their delete policies, prunes only
+// objects carrying the Application's tracking annotation (last, in reverse
+// wave order), never applies, deletes or prunes an object another
+// Application's tracking annotation claims, and reports the operation's state
+// as it goes: one operation (Runner, Engine). The preflight's permissions and
+// its report live in sub-package permissions. It holds
 // the cluster registry destinations resolve in (Clusters, ClusterRegistry:
 // names to server URLs, server URLs to deputy's own client configuration,
 // loaded by the composition root from its configuration). Queueing

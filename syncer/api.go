@@ -71,3 +71,37 @@ func (f RunnerFunc) Run(ctx context.Context, req Request, progress Progress) *v1
 type RevisionResolver interface {
 	ResolveRevisions(ctx context.Context, app *v1alpha1.Application, project *v1alpha1.AppProject) ([]string, error)
 }
+
+// DiffRequest is one diff to compute (Engine.Diff).
+type DiffRequest struct {
+	// Application and Project as in Request.
+	Application *v1alpha1.Application
+	Project     *v1alpha1.AppProject
+	// Sync selects the revisions to render (Revision, Revisions) as a
+	// sync's operation does; its other fields are ignored.
+	Sync v1alpha1.SyncOperation
+}
+
+// Differ computes what a sync would change (the Engine implements it:
+// Engine.Diff). Errors are the operation's: the Application or its project
+// is unusable, the source does not render, the ServiceAccount cannot be
+// derived or the destination cannot be reached; each message names the
+// field or permission to fix.
+type Differ interface {
+	Diff(ctx context.Context, req DiffRequest) (*v1alpha1.ApplicationDiff, error)
+}
+
+// Comparison is the live state of an Application compared with what its
+// source renders (Engine.Compare): status.sync and status.resources of
+// drift detection.
+type Comparison struct {
+	// Status is v1alpha1.SyncStatusCodeSynced or
+	// v1alpha1.SyncStatusCodeOutOfSync.
+	Status string
+	// Revisions are the commits compared with, one per source.
+	Revisions []string
+	// Resources are the rendered objects (hooks excluded) and the tracked
+	// objects no longer rendered (RequiresPruning), each Synced or
+	// OutOfSync with a Message saying why.
+	Resources []v1alpha1.ResourceStatus
+}

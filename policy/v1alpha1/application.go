@@ -236,6 +236,35 @@ type ApplicationStatus struct {
 	// them, hooks excluded, with their health (Argo CD's status.resources).
 	Resources      []ResourceStatus `json:"resources,omitempty"`
 	OperationState *OperationState  `json:"operationState,omitempty"`
+	// ReconciledAt is when the controller last compared the live state
+	// with Git (Argo CD's status.reconciledAt); nil before it did.
+	ReconciledAt *metav1.Time `json:"reconciledAt,omitempty"`
+	// Conditions are the Application's current problems outside an
+	// operation (Argo CD's status.conditions), for example a DeletionError
+	// that keeps the resources finalizer.
+	Conditions []ApplicationCondition `json:"conditions,omitempty"`
+}
+
+// Application condition types (Argo CD's ApplicationConditionType values
+// deputy sets).
+const (
+	// ApplicationConditionDeletionError: deleting the Application's
+	// resources (its resources finalizer) failed; the finalizer stays.
+	ApplicationConditionDeletionError = "DeletionError"
+	// ApplicationConditionComparisonError: the live state could not be
+	// compared with Git (status.sync.status is Unknown).
+	ApplicationConditionComparisonError = "ComparisonError"
+)
+
+// ApplicationCondition is one condition of an Application (Argo CD's
+// ApplicationCondition).
+type ApplicationCondition struct {
+	// Type is one of the ApplicationCondition* types.
+	Type string `json:"type"`
+	// Message says what is wrong and how to proceed.
+	Message string `json:"message"`
+	// LastTransitionTime is when the condition was first seen.
+	LastTransitionTime *metav1.Time `json:"lastTransitionTime,omitempty"`
 }
 
 // Health status codes (Argo CD's vocabulary), from best to worst as Argo CD
@@ -274,6 +303,12 @@ type ResourceStatus struct {
 	Health *HealthStatus `json:"health,omitempty"`
 	// SyncWave is the resource's sync wave.
 	SyncWave int64 `json:"syncWave,omitempty"`
+	// RequiresPruning: the object is tracked by the Application but no
+	// longer rendered (Argo CD's field); a sync with prune deletes it.
+	RequiresPruning bool `json:"requiresPruning,omitempty"`
+	// Message says why the resource is OutOfSync (drift detection), or is
+	// empty.
+	Message string `json:"message,omitempty"`
 }
 
 // Sync status codes.

@@ -262,6 +262,18 @@ func (in *ApplicationStatus) DeepCopyInto(out *ApplicationStatus) {
 		}
 	}
 	out.OperationState = in.OperationState.DeepCopy()
+	if in.ReconciledAt != nil {
+		out.ReconciledAt = in.ReconciledAt.DeepCopy()
+	}
+	if in.Conditions != nil {
+		out.Conditions = make([]ApplicationCondition, len(in.Conditions))
+		for i := range in.Conditions {
+			out.Conditions[i] = in.Conditions[i]
+			if in.Conditions[i].LastTransitionTime != nil {
+				out.Conditions[i].LastTransitionTime = in.Conditions[i].LastTransitionTime.DeepCopy()
+			}
+		}
+	}
 }
 
 // DeepCopyInto copies the receiver into out; in must be non-nil.

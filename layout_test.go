@@ -154,7 +154,7 @@ func TestClientCommandsDoNotImportTheServer(t *testing.T) {
 	// the server's command; can-i evaluates a request offline exactly as
 	// the server would, so it composes the authorizer through
 	// serve.GateOptions; render renders offline exactly as a sync does
-	// (syncer.RenderApplication, serve.SourceOptions).
+	// (source.RenderApplication, serve.SourceOptions).
 	serverCommands := []string{"main.go", "serve.go", "can_i.go", "render.go"}
 	files, err := filepath.Glob("cmd/deputy/*.go")
 	if err != nil {

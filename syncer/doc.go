@@ -1,9 +1,9 @@
 // Package syncer is deputy's sync engine: it checks every source of an
 // Application (spec.source, or each of spec.sources, ref sources included)
 // against the AppProject before anything is fetched, gets the manifests of
-// each source at its revision from its sub-package source (Git fetched and
-// rendered there, within the operation's limits) and concatenates them in
-// source order (RenderApplication, which `deputy render` shares), checks
+// each source at its revision from its sub-package source (Git fetched,
+// rendered and concatenated in source order there, within the operation's
+// limits: source.RenderApplication, which `deputy render` shares), checks
 // the objects against the AppProject (destinations, kinds), derives the
 // ServiceAccount to impersonate (Argo CD's destinationServiceAccounts), runs a
 // preflight of every permission the operation needs as that ServiceAccount,

@@ -149,7 +149,7 @@ func (e *Engine) ResolveRevisions(ctx context.Context, app *v1alpha1.Application
 	for i, src := range srcs {
 		if out[i], err = e.sources.ResolveRevision(ctx, src); err != nil {
 			if app.Spec.HasMultipleSources() {
-				return nil, fmt.Errorf("%s: %w", describeSource(&app.Spec, i), err)
+				return nil, fmt.Errorf("%s: %w", source.DescribeSource(&app.Spec, i), err)
 			}
 			return nil, err
 		}

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"deputy.dev/deputy/policy/v1alpha1"
+	"deputy.dev/deputy/syncer/source"
 )
 
 // A chart's release is named after the Application and installed in the
@@ -27,7 +28,7 @@ func TestHelmDefaults(t *testing.T) {
 			app := &v1alpha1.Application{ObjectMeta: metav1.ObjectMeta{Name: "guestbook", Namespace: "argocd"}}
 			app.Spec.Destination.Namespace = "web"
 			app.Spec.Source.Helm = tc.helm.DeepCopy()
-			if diff := cmp.Diff(tc.want, *withHelmDefaults(app, app.Spec.Source).Helm); diff != "" {
+			if diff := cmp.Diff(tc.want, *source.HelmDefaults(app, app.Spec.Source).Helm); diff != "" {
 				t.Errorf("helm (-want +got):\n%s", diff)
 			}
 			if diff := cmp.Diff(tc.helm, app.Spec.Source.Helm); diff != "" {

@@ -296,7 +296,7 @@ func (op *operation) renderedKinds(ctx context.Context, cl *clients, compiled *p
 	if checkSources(compiled, op.app) != nil {
 		return nil
 	}
-	r, err := RenderApplication(ctx, op.e.sources, appWithCapabilities(op.app, cl.capabilities), v1alpha1.SyncOperation{},
+	r, err := source.RenderApplication(ctx, op.e.sources, appWithCapabilities(op.app, cl.capabilities), v1alpha1.SyncOperation{},
 		source.WithProject(op.project.Name, op.project.Spec.SourceRepos))
 	if err != nil {
 		op.log.Info("deleting: the source does not render; looking only where the last operation recorded objects", "error", err.Error())

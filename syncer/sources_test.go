@@ -95,7 +95,7 @@ func newMultiSourceRepos(t *testing.T) *multiSourceRepos {
 
 func TestRenderApplicationMultipleSources(t *testing.T) {
 	m := newMultiSourceRepos(t)
-	r, err := RenderApplication(t.Context(), m.cache, m.app, v1alpha1.SyncOperation{})
+	r, err := source.RenderApplication(t.Context(), m.cache, m.app, v1alpha1.SyncOperation{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,14 +112,14 @@ func TestRenderApplicationMultipleSources(t *testing.T) {
 
 	t.Run("a values commit given in revisions is the one read", func(t *testing.T) {
 		newer := commitFiles(t, m.values, map[string]string{"web/prod.yaml": "sa: newer\n"})
-		r, err := RenderApplication(t.Context(), m.cache, m.app, v1alpha1.SyncOperation{Revisions: []string{"", m.valuesSHA, ""}})
+		r, err := source.RenderApplication(t.Context(), m.cache, m.app, v1alpha1.SyncOperation{Revisions: []string{"", m.valuesSHA, ""}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if r.Objects[0].GetName() != "from-values" || r.Revisions[1] != m.valuesSHA {
 			t.Errorf("got %s at %v, want from-values at the given commit", r.Objects[0].GetName(), r.Revisions)
 		}
-		r, err = RenderApplication(t.Context(), m.cache, m.app, v1alpha1.SyncOperation{})
+		r, err = source.RenderApplication(t.Context(), m.cache, m.app, v1alpha1.SyncOperation{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,7 +153,7 @@ func TestRenderApplicationMultipleSources(t *testing.T) {
 			if tc.mutate != nil {
 				tc.mutate(app)
 			}
-			_, err := RenderApplication(t.Context(), m.cache, app, tc.sync)
+			_, err := source.RenderApplication(t.Context(), m.cache, app, tc.sync)
 			want := strings.ReplaceAll(tc.want, "CHARTS", m.charts)
 			if err == nil || !strings.Contains(err.Error(), want) {
 				t.Fatalf("err = %v\nwant it to contain %q", err, want)
@@ -220,7 +220,7 @@ func TestRenderApplicationSourcesShareTheLimits(t *testing.T) {
 	// What each rendering source holds alone.
 	var sizes []int64
 	for _, i := range []int{0, 2} {
-		src := withHelmDefaults(m.app, m.app.Spec.Sources[i])
+		src := source.HelmDefaults(m.app, m.app.Spec.Sources[i])
 		r, err := m.cache.Render(t.Context(), src, "", source.WithRefs(source.Ref{Name: "values", RepoURL: m.values, Revision: m.valuesSHA}))
 		if err != nil {
 			t.Fatal(err)
@@ -244,7 +244,7 @@ func TestRenderApplicationSourcesShareTheLimits(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = RenderApplication(t.Context(), c, m.app, v1alpha1.SyncOperation{})
+			_, err = source.RenderApplication(t.Context(), c, m.app, v1alpha1.SyncOperation{})
 			var le *source.LimitError
 			if !errors.As(err, &le) || le.Field != tc.field || !strings.Contains(err.Error(), "spec.sources[2]") {
 				t.Fatalf("err = %v, want a *LimitError naming %s for spec.sources[2]", err, tc.field)

@@ -98,7 +98,7 @@ func (op *operation) sync(ctx context.Context) {
 		op.fail(err)
 		return
 	}
-	r, err := RenderApplication(ctx, op.e.sources, appWithCapabilities(op.app, cl.capabilities), op.req.Sync,
+	r, err := source.RenderApplication(ctx, op.e.sources, appWithCapabilities(op.app, cl.capabilities), op.req.Sync,
 		source.WithProject(op.project.Name, op.project.Spec.SourceRepos))
 	if r != nil {
 		op.setRevisions(r.Revisions)

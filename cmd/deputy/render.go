@@ -23,7 +23,6 @@ import (
 	"deputy.dev/deputy/config"
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/serve"
-	"deputy.dev/deputy/syncer"
 	"deputy.dev/deputy/syncer/source"
 )
 
@@ -293,7 +292,7 @@ func runRender(ctx context.Context, f *renderFlags, app *v1alpha1.Application, o
 	}
 	ctx, cancel := context.WithTimeout(ctx, cache.Limits().OperationTimeout)
 	defer cancel()
-	r, err := syncer.RenderApplication(ctx, cache, app, sync)
+	r, err := source.RenderApplication(ctx, cache, app, sync)
 	if err != nil {
 		return err
 	}

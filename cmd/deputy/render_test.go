@@ -16,7 +16,6 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"deputy.dev/deputy/policy/v1alpha1"
-	"deputy.dev/deputy/syncer"
 	"deputy.dev/deputy/syncer/source"
 )
 
@@ -78,7 +77,7 @@ func decodeDocs(t *testing.T, out string) []map[string]any {
 	return objs
 }
 
-// deputy render prints what the sync engine renders (syncer.RenderApplication,
+// deputy render prints what the sync engine renders (source.RenderApplication,
 // the function a sync applies): plain manifests, a kustomization, a chart in
 // Git, and a chart whose values come from a second repository ($values).
 func TestRenderCommandPrintsWhatTheEngineRenders(t *testing.T) {
@@ -138,7 +137,7 @@ func TestRenderCommandPrintsWhatTheEngineRenders(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, err := syncer.RenderApplication(t.Context(), cache, withCapabilities(a, flagValue(tc.extra, "--kube-version"), nil), v1alpha1.SyncOperation{})
+			r, err := source.RenderApplication(t.Context(), cache, withCapabilities(a, flagValue(tc.extra, "--kube-version"), nil), v1alpha1.SyncOperation{})
 			if err != nil {
 				t.Fatal(err)
 			}

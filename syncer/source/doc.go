@@ -8,10 +8,12 @@
 // in a render worker, reading lazily from the Git objects within Limits; a
 // Helm source of spec.sources also reads, in the same worker and budget, the
 // repositories of the ref sources its $REF/path value files name (Ref,
-// sources.go). One source per render: the sync engine (package syncer)
-// combines the sources of an Application. Local repositories are opened by
+// sources.go). RenderApplication renders every source of an Application
+// (spec.sources in order, each in its own worker, within the limits
+// together), as the sync engine and `deputy render` both do. Local repositories are opened by
 // its sub-package localrepo.
 // Its entry points are New (Options) → Cache, Cache.Render (→ Rendered),
+// RenderApplication (→ RenderedApplication),
 // Cache.ResolveRevision, CheckSupported, WithProject, and the render worker hook
 // (IsRenderWorker, RenderWorkerMain). The name is the Application field's,
 // spec.source (policy.FileSource and policy/clustersource are something

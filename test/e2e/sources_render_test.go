@@ -15,7 +15,6 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"deputy.dev/deputy/policy/v1alpha1"
-	"deputy.dev/deputy/syncer"
 	"deputy.dev/deputy/syncer/source"
 	"deputy.dev/deputy/test/framework"
 )
@@ -77,7 +76,7 @@ func TestRenderCommandReadsTheApplicationFromTheCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := syncer.RenderApplication(t.Context(), cache, app, v1alpha1.SyncOperation{})
+	r, err := source.RenderApplication(t.Context(), cache, app, v1alpha1.SyncOperation{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -78,8 +78,9 @@ type Options struct {
 	// NewClient returns a metadata client acting as s.Identity on s.Server
 	// (required). It is called once per informer started (and once per
 	// direct list), with a context that ends after SyncTimeout or when the
-	// scope is stopped; the client it returns is used for the informer's
-	// whole life.
+	// scope is stopped, which it must honour (Run waits for it); the client
+	// it returns is used for the informer's whole life. Its error is
+	// returned by List, wrapped with the scope.
 	NewClient func(ctx context.Context, s Scope) (metadata.Interface, error)
 	// TrackingAnnotation is the annotation whose value names the
 	// Application managing an object ("deputy.dev/tracking-id", value
@@ -350,13 +351,15 @@ func sortObjects(objs []*metav1.PartialObjectMetadata) {
 // and the direct lists made because of MaxScopes.
 func (c *Cache) Stats() Stats {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	st := Stats{DirectLists: c.direct.Load()}
+	var running []*entry
 	for _, e := range c.scopes {
-		if e.inf == nil {
-			continue
+		if e.inf != nil {
+			running = append(running, e)
 		}
-		st.Scopes++
+	}
+	c.mu.Unlock()
+	st := Stats{Scopes: len(running), DirectLists: c.direct.Load()}
+	for _, e := range running {
 		st.Objects += len(e.inf.GetStore().ListKeys())
 	}
 	return st

@@ -404,11 +404,13 @@ func TestOnChangeForTrackedChangesThatMatter(t *testing.T) {
 	st.ManagedFields[1] = managed("kube-controller-manager", "status", `{"f:status":{"f:replicas":{},"f:readyReplicas":{}}}`, t0.Add(time.Hour))
 	st.ResourceVersion = "" // the tracker sets it
 	c.update(t, deployments, st)
+	c.create(t, deployments, object("Deployment", "a", "marker3", "argocd/third"))
+	ch.expect(t, "status write", "argocd/third")
 	scaled := st.DeepCopy()
 	scaled.Generation = 2
 	scaled.ManagedFields = append(scaled.ManagedFields, managed("kubectl", "scale", `{"f:spec":{"f:replicas":{}}}`, t0.Add(2*time.Hour)))
 	c.update(t, deployments, scaled)
-	ch.expect(t, "status write, then a scale", "argocd/app")
+	ch.expect(t, "a scale", "argocd/app")
 
 	// Moving an object to another Application: both.
 	moved := edited2.DeepCopy()

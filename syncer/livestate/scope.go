@@ -141,7 +141,7 @@ func (c *Cache) watchError(e *entry, inf cache.SharedIndexInformer) cache.WatchE
 			e.log.V(1).Info("livestate: watch failed, retrying", "err", err.Error())
 			return
 		}
-		e.log.Info("livestate: list/watch failed, scope forgotten", "synced", synced, "err", err.Error())
+		e.log.V(1).Info("livestate: list/watch failed, scope forgotten", "synced", synced, "err", err.Error())
 		c.forget(e, fmt.Errorf("livestate: list/watch %s: %w", e.scope, apiErr))
 	}
 }

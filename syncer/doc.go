@@ -14,8 +14,9 @@
 // objects carrying the Application's tracking annotation (last, in reverse
 // wave order), never applies, deletes or prunes an object another
 // Application's tracking annotation claims, and reports the operation's state
-// as it goes: one operation (Runner, Engine). The preflight's permissions and
-// its report live in sub-package permissions. It holds
+// as it goes: one operation (Runner, Engine). The preflight's permissions,
+// the questions asked of kube-apiserver about them and its report live in
+// sub-package permissions; what to ask is decided here. It holds
 // the cluster registry destinations resolve in (Clusters, ClusterRegistry:
 // names to server URLs, server URLs to deputy's own client configuration,
 // loaded by the composition root from its configuration). Queueing

@@ -13,6 +13,7 @@ import (
 	"deputy.dev/deputy/config"
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer"
+	"deputy.dev/deputy/syncer/cluster"
 	"deputy.dev/deputy/syncer/source"
 )
 
@@ -108,17 +109,17 @@ func engineLimits(l config.SyncLimits) source.Limits {
 // entry's kubeconfig (or in-cluster configuration) is loaded once, here; a
 // cluster whose configuration does not load is logged, and the syncs to it
 // fail with that error instead of stopping deputy.
-func syncClusters(clusters []config.SyncCluster, log *slog.Logger) *syncer.ClusterRegistry {
-	entries := make([]syncer.ClusterEntry, 0, len(clusters))
+func syncClusters(clusters []config.SyncCluster, log *slog.Logger) *cluster.Registry {
+	entries := make([]cluster.Entry, 0, len(clusters))
 	for _, c := range clusters {
 		restCfg, err := config.Cluster{Kubeconfig: c.Kubeconfig, Context: c.Context, InCluster: c.InCluster}.RESTConfig()
 		if err != nil {
 			err = fmt.Errorf("sync.clusters %q: %w", c.Name, err)
 			log.Error("cluster of the sync registry unusable; syncs to it will fail", "cluster", c.Name, "server", c.Server, "error", err.Error())
 		}
-		entries = append(entries, syncer.ClusterEntry{Name: c.Name, Server: c.Server, Config: restCfg, Err: err})
+		entries = append(entries, cluster.Entry{Name: c.Name, Server: c.Server, Config: restCfg, Err: err})
 	}
-	return syncer.NewClusterRegistry(entries...)
+	return cluster.NewRegistry(entries...)
 }
 
 // unavailableRunner ends every operation at once with an Error phase naming

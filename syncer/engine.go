@@ -13,9 +13,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/lru"
 
 	"deputy.dev/deputy/policy"
 	"deputy.dev/deputy/policy/v1alpha1"
+	"deputy.dev/deputy/syncer/cluster"
+	"deputy.dev/deputy/syncer/livestate"
 	"deputy.dev/deputy/syncer/source"
 )
 
@@ -30,8 +33,8 @@ const DefaultHealthTimeout = 5 * time.Minute
 // InClusterServer and InClusterName are how Argo CD (and deputy) name the
 // cluster deputy runs in.
 const (
-	InClusterServer = "https://kubernetes.default.svc"
-	InClusterName   = "in-cluster"
+	InClusterServer = cluster.InClusterServer
+	InClusterName   = cluster.InClusterName
 )
 
 // Clusters resolves Application destinations. Both methods return the
@@ -86,6 +89,11 @@ type EngineOptions struct {
 	Logger logr.Logger
 	// Now is the clock of StartedAt and FinishedAt (tests); default time.Now.
 	Now func() time.Time
+	// OnLiveChange is called with an Application's namespace and name when
+	// an object it tracks changes in a watched destination scope (Compare's
+	// live-state cache: added, deleted, or written by someone other than a
+	// controller writing its status). It must not block. Optional.
+	OnLiveChange func(namespace, name string)
 }
 
 // Engine runs sync operations: render from Git, check against the
@@ -101,6 +109,12 @@ type Engine struct {
 	// controllerNames caches, per cluster server, the username of the
 	// controller identity (for the "X is impersonating Y" log line).
 	controllerNames sync.Map
+	// live is Compare's view of the destinations (metadata informers per
+	// scope, as each identity); renders and comparers cache its renders and
+	// clients.
+	live      *livestate.Cache
+	renders   renderCache
+	comparers clientCache
 }
 
 var _ Runner = (*Engine)(nil)
@@ -127,8 +141,20 @@ func NewEngine(opts EngineOptions) (*Engine, error) {
 		opts.Now = time.Now
 	}
 	opts.Source.Limits = sources.Limits()
-	return &Engine{opts: opts, sources: sources}, nil
+	e := &Engine{opts: opts, sources: sources, renders: renderCache{lru: lru.New(maxCachedRenders)}}
+	e.live, err = livestate.New(livestate.Options{NewClient: e.liveClient, TrackingAnnotation: TrackingAnnotation,
+		OnChange: e.liveChanged, Logger: opts.Logger})
+	if err != nil {
+		return nil, err
+	}
+	return e, nil
 }
+
+// RunLiveState runs Compare's live-state cache until ctx ends (it stops
+// scopes no comparison asked for within livestate's idle timeout), then
+// stops every watch. Compare works without it, but scopes are never
+// stopped.
+func (e *Engine) RunLiveState(ctx context.Context) { e.live.Run(ctx) }
 
 // ResolveRevisions implements RevisionResolver: the commit SHAs the
 // targetRevisions of app's sources point at now, one per source

@@ -15,6 +15,7 @@ import (
 
 	"deputy.dev/deputy/policy"
 	"deputy.dev/deputy/policy/v1alpha1"
+	"deputy.dev/deputy/syncer/cluster"
 	"deputy.dev/deputy/syncer/health"
 	"deputy.dev/deputy/syncer/source"
 	"deputy.dev/deputy/syncer/waves"
@@ -296,7 +297,7 @@ func (op *operation) renderedKinds(ctx context.Context, cl *clients, compiled *p
 	if checkSources(compiled, op.app) != nil {
 		return nil
 	}
-	r, err := source.RenderApplication(ctx, op.e.sources, appWithCapabilities(op.app, cl.capabilities), v1alpha1.SyncOperation{},
+	r, err := source.RenderApplication(ctx, op.e.sources, cluster.AppWithCapabilities(op.app, cl.capabilities), v1alpha1.SyncOperation{},
 		source.WithProject(op.project.Name, op.project.Spec.SourceRepos))
 	if err != nil {
 		op.log.Info("deleting: the source does not render; looking only where the last operation recorded objects", "error", err.Error())

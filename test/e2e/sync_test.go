@@ -28,6 +28,7 @@ import (
 
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer"
+	"deputy.dev/deputy/syncer/cluster"
 	"deputy.dev/deputy/syncer/source"
 	"deputy.dev/deputy/test/framework"
 )
@@ -174,7 +175,7 @@ func newSyncEngine(t *testing.T, imp syncer.ImpersonationSettings) (*syncer.Engi
 	t.Helper()
 	logs := &logLines{}
 	e, err := syncer.NewEngine(syncer.EngineOptions{
-		Clusters:      syncer.NewClusterRegistry(syncer.InCluster(controllerConfig(t))),
+		Clusters:      cluster.NewRegistry(cluster.InCluster(controllerConfig(t))),
 		Impersonation: imp,
 		Source: source.Options{
 			CacheDir: t.TempDir(),

@@ -139,8 +139,13 @@ func run(m *testing.M) int {
 		}
 	}()
 	// Every write is audited (Metadata level), so that tests can see who
-	// made it and whom it impersonated.
-	auditPolicy, err := framework.WriteAuditPolicy(work)
+	// made it and whom it impersonated. TestDriftAtScale (DEPUTY_SCALE=1
+	// only) counts every request of the replicas' identity, reads too.
+	var everyRequestOf []string
+	if scaleEnabled() {
+		everyRequestOf = append(everyRequestOf, deputyUser)
+	}
+	auditPolicy, err := framework.WriteAuditPolicy(work, everyRequestOf...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

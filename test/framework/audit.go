@@ -15,13 +15,24 @@ import (
 // WriteAuditPolicy writes a kube-apiserver audit policy that records every
 // write (create, update, patch, delete, deletecollection) at Metadata level
 // and nothing else, and returns its path. Pass it as --audit-policy-file,
-// with --audit-log-path, in ControlPlaneOptions.APIServerArgs.
-func WriteAuditPolicy(dir string) (string, error) {
-	const policy = `apiVersion: audit.k8s.io/v1
+// with --audit-log-path, in ControlPlaneOptions.APIServerArgs. Every request
+// of the users in everyRequestOf (reads, watches and discovery included) is
+// recorded too, at Metadata level: the scale test counts the requests one
+// deputy makes.
+func WriteAuditPolicy(dir string, everyRequestOf ...string) (string, error) {
+	policy := `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
 rules:
-- level: Metadata
+`
+	if len(everyRequestOf) > 0 {
+		users, err := json.Marshal(everyRequestOf)
+		if err != nil {
+			return "", err
+		}
+		policy += "- level: Metadata\n  users: " + string(users) + "\n"
+	}
+	policy += `- level: Metadata
   verbs: ["create", "update", "patch", "delete", "deletecollection"]
 - level: None
 `
@@ -38,6 +49,9 @@ type AuditEvent struct {
 	ObjectRef                *AuditObject `json:"objectRef,omitempty"`
 	ResponseStatus           *AuditStatus `json:"responseStatus,omitempty"`
 	RequestReceivedTimestamp time.Time    `json:"requestReceivedTimestamp"`
+	// RequestURI names a non-resource request (discovery), which has no
+	// objectRef.
+	RequestURI string `json:"requestURI,omitempty"`
 }
 
 // AuditUser is an audit event's user or impersonated user.

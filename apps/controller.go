@@ -46,6 +46,11 @@ type ControllerOptions struct {
 	Config *rest.Config
 	// Runner runs operations (the Engine).
 	Runner syncer.Runner
+	// Deleter deletes the resources of an Application deleted with a
+	// resources finalizer (cascading deletion); nil means Runner when it
+	// implements ResourceDeleter (the Engine does). Without one, such an
+	// Application keeps its finalizer and a DeletionError condition.
+	Deleter ResourceDeleter
 	// Revisions resolves targetRevisions for automated syncs (the Engine).
 	Revisions syncer.RevisionResolver
 	// Projects returns the deputy.dev AppProject an Application uses
@@ -120,8 +125,13 @@ type Controller struct {
 	cleared  map[types.UID]int64          // this term: Application UID -> generation after its operation field was removed
 	running  map[string]recordedOperation // this term: the operation each Application runs, for the status writer
 	due      map[string]bool              // automated check due
-	subs     map[string]map[*appSub]struct{}
-	term     *term // the current leadership term, nil when not leading
+	// deleting: a deletion of the Application's resources runs (this
+	// term); deleteFailures: the backoff of failed ones.
+	deleting       map[string]bool
+	deleteFailures map[string]deletionRetry
+	deletions      sync.WaitGroup // the running deletions
+	subs           map[string]map[*appSub]struct{}
+	term           *term // the current leadership term, nil when not leading
 }
 
 var _ Applications = (*Controller)(nil)
@@ -206,6 +216,7 @@ func NewController(opts ControllerOptions) (*Controller, error) {
 	c := &Controller{
 		opts: opts, log: opts.Logger.With("controller", "applications"),
 		client: dyn.Resource(ApplicationsResource), kube: kube, identity: identity,
+		deleting: map[string]bool{}, deleteFailures: map[string]deletionRetry{},
 		pending: map[string]recordedOperation{}, cleared: map[types.UID]int64{}, running: map[string]recordedOperation{}, due: map[string]bool{},
 		subs: map[string]map[*appSub]struct{}{}, servedChanged: make(chan struct{}, 1),
 	}

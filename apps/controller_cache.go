@@ -122,6 +122,7 @@ func (c *Controller) forget(obj any) {
 	}
 	delete(c.cleared, app.UID)
 	delete(c.due, key)
+	delete(c.deleteFailures, key)
 }
 
 // dueIfAutomated marks an automated Application due for a look when it is

@@ -46,6 +46,11 @@ type ControllerOptions struct {
 	Config *rest.Config
 	// Runner runs operations (the Engine).
 	Runner syncer.Runner
+	// Deleter deletes the resources of an Application deleted with a
+	// resources finalizer (cascading deletion); nil means Runner when it
+	// implements ResourceDeleter (the Engine does). Without one, such an
+	// Application keeps its finalizer and a DeletionError condition.
+	Deleter ResourceDeleter
 	// Revisions resolves targetRevisions for comparisons and automated
 	// syncs (the Engine).
 	Revisions syncer.RevisionResolver
@@ -130,8 +135,13 @@ type Controller struct {
 	liveDue  map[string]bool              // a look due at the revisions resolved last (a tracked object changed)
 	revs     map[string][]string          // the revisions each Application was last compared at
 	selfHeal map[string]selfHealState     // selfHeal's last sync of each Application
-	subs     map[string]map[*appSub]struct{}
-	term     *term // the current leadership term, nil when not leading
+	// deleting: a deletion of the Application's resources runs (this
+	// term); deleteFailures: the backoff of failed ones.
+	deleting       map[string]bool
+	deleteFailures map[string]deletionRetry
+	deletions      sync.WaitGroup // the running deletions
+	subs           map[string]map[*appSub]struct{}
+	term           *term // the current leadership term, nil when not leading
 }
 
 var _ Applications = (*Controller)(nil)
@@ -216,6 +226,7 @@ func NewController(opts ControllerOptions) (*Controller, error) {
 	c := &Controller{
 		opts: opts, log: opts.Logger.With("controller", "applications"),
 		client: dyn.Resource(ApplicationsResource), kube: kube, identity: identity,
+		deleting: map[string]bool{}, deleteFailures: map[string]deletionRetry{},
 		pending: map[string]recordedOperation{}, cleared: map[types.UID]int64{}, running: map[string]recordedOperation{}, due: map[string]bool{},
 		liveDue: map[string]bool{}, revs: map[string][]string{}, selfHeal: map[string]selfHealState{},
 		subs: map[string]map[*appSub]struct{}{}, servedChanged: make(chan struct{}, 1),

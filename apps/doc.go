@@ -14,7 +14,9 @@
 //     requested operations recorded on the Application, run by the replica
 //     holding the Lease (client-go leader election), states written to the
 //     status subresource; automated syncs when Git moved and, with selfHeal,
-//     every reconcile period;
+//     every reconcile period; cascading deletion of a deleted Application's
+//     resources when it carries a resources finalizer (controller_delete.go),
+//     and the cancellation of a deleted Application's running operation;
 //   - retries of failed attempts (spec.syncPolicy.retry, retry.go), status.health
 //     and status.resources after each attempt (status.go, MaxStatusResources),
 //     and the Applications' metrics (Metrics), in both modes;

@@ -23,7 +23,7 @@
 //   - the rules both modes share, once: whether an Application is automated,
 //     which AppProject governs it (policy.ResolveAppProject, "project not
 //     usable": ProjectResolver), and which Applications a Git push moves
-//     (SyncPush, RepositoryKey, RevisionMatches). Both modes report the
+//     (SyncPush, over sub-package gitpush's matching). Both modes report the
 //     sync status an operation leaves with v1alpha1.SyncStatusAfter (Synced
 //     at a revision, or OutOfSync when objects prune would delete remain),
 //     which deputy's API client reads too.
@@ -32,7 +32,7 @@
 // syncer.Runner (the sync engine), which alone touches an Application's
 // destination, as its project's ServiceAccount. It must not do HTTP (the
 // webhook package serves deputy's API and parses the Git providers'
-// payloads into a Push), read deputy's configuration (its constructors take
+// payloads into a gitpush.Push), read deputy's configuration (its constructors take
 // plain options; the composition root maps the configuration onto them), nor
 // decide who may impersonate (the authorizer's gate).
 package apps

@@ -4,7 +4,9 @@
 //
 // It owns:
 //   - the contract: find an Application and its AppProject, start an
-//     operation, its status and progress (Watch), and the Git push's
+//     operation, its status and progress (Watch), a diff of what a sync
+//     would change (Diff: a syncer.Differ in the calling goroutine, on any
+//     replica, at most Workers at once, diff.go), and the Git push's
 //     targets (PushTargets);
 //   - file mode (File): the Applications and AppProjects of the policy
 //     snapshot, operations run by the in-process operations queue
@@ -29,8 +31,8 @@
 //     which deputy's API client reads too.
 //
 // It must not render or apply manifests itself: an operation is run by a
-// syncer.Runner (the sync engine), which alone touches an Application's
-// destination, as its project's ServiceAccount. It must not do HTTP (the
+// syncer.Runner (the sync engine), a diff by a syncer.Differ (the same
+// engine), which alone touch an Application's destination, as its project's ServiceAccount. It must not do HTTP (the
 // webhook package serves deputy's API and parses the Git providers'
 // payloads into a gitpush.Push), read deputy's configuration (its constructors take
 // plain options; the composition root maps the configuration onto them), nor

@@ -20,8 +20,11 @@ type FileOptions struct {
 	ProjectNamespaces []string
 	// Runner runs operations (the Engine).
 	Runner syncer.Runner
-	// Workers bounds the operations running at once (sync.parallelism); 0
-	// means DefaultWorkers.
+	// Differ computes diffs (the Engine); nil: Diff answers
+	// ErrDiffUnavailable.
+	Differ syncer.Differ
+	// Workers bounds the operations running at once (sync.parallelism),
+	// and apart from them the diffs; 0 means DefaultWorkers.
 	Workers int
 	// Logger receives every operation's audit line and engine faults.
 	// Default: discard.
@@ -38,6 +41,7 @@ type File struct {
 	current  func() *policy.Snapshot
 	projects ProjectResolver
 	ops      *Operations
+	diffs    *diffGate
 }
 
 var _ Applications = (*File)(nil)
@@ -47,7 +51,8 @@ var _ Applications = (*File)(nil)
 // the snapshot current then; it is cancelled when the Application is no
 // longer in the snapshot.
 func NewFile(opts FileOptions) *File {
-	f := &File{current: opts.Snapshot, projects: snapshotProjects(opts.Snapshot, opts.ProjectNamespaces)}
+	f := &File{current: opts.Snapshot, projects: snapshotProjects(opts.Snapshot, opts.ProjectNamespaces),
+		diffs: newDiffGate(opts.Differ, opts.Workers)}
 	f.ops = NewOperations(opts.Runner, OperationsOptions{Workers: opts.Workers, Logger: opts.Logger, Metrics: opts.Metrics,
 		BeforeRetry: f.retryTarget})
 	opts.Metrics.observe(f)
@@ -103,6 +108,11 @@ func (f *File) AppProject(app *v1alpha1.Application) (*v1alpha1.AppProject, erro
 // Operations.Start).
 func (f *File) Start(ctx context.Context, app *v1alpha1.Application, project *v1alpha1.AppProject, op v1alpha1.SyncOperation, initiatedBy v1alpha1.InitiatedBy) (*v1alpha1.OperationState, error) {
 	return f.ops.Start(ctx, app, project, op, initiatedBy)
+}
+
+// Diff implements Applications: at most Workers diffs at once.
+func (f *File) Diff(ctx context.Context, app *v1alpha1.Application, project *v1alpha1.AppProject, op v1alpha1.SyncOperation) (*v1alpha1.ApplicationDiff, error) {
+	return f.diffs.diff(ctx, app, project, op)
 }
 
 // Trigger implements PushTargets: an automated app is synced by the queue,

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"deputy.dev/deputy/apps"
 	"deputy.dev/deputy/config"
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer"
@@ -17,13 +18,24 @@ import (
 	"deputy.dev/deputy/syncer/source"
 )
 
+// syncEngine is the sync engine as deputy's Applications use it: it runs
+// operations, resolves revisions for automated syncs and computes diffs
+// (syncer.Engine, or unavailableRunner when it cannot be built).
+type syncEngine interface {
+	syncer.Runner
+	syncer.RevisionResolver
+	syncer.Differ
+}
+
 // newSyncRunner builds the sync engine from the configuration's sync
-// section (impersonation, clusters, sources and limits, healthTimeout). An engine that cannot be built (its cache directory cannot be
-// created, a Secret client cannot be made) does not stop deputy from serving
-// its webhooks: every operation then fails with the reason, and the error is
-// logged at start. Repository credentials in Secrets are read with deputy's
-// identity of cluster mode (config.Validate requires cluster mode for them).
-func newSyncRunner(s config.Sync, mode *runMode, log *slog.Logger) (syncer.Runner, syncer.RevisionResolver) {
+// section (impersonation, clusters, sources and limits, healthTimeout). An
+// engine that cannot be built (its cache directory cannot be created, a
+// Secret client cannot be made) does not stop deputy from serving its
+// webhooks: every operation and diff then fails with the reason, and the
+// error is logged at start. Repository credentials in Secrets are read with
+// deputy's identity of cluster mode (config.Validate requires cluster mode
+// for them).
+func newSyncRunner(s config.Sync, mode *runMode, log *slog.Logger) syncEngine {
 	needSecrets := false
 	for _, r := range s.Repositories {
 		needSecrets = needSecrets || r.Secret != nil
@@ -39,17 +51,49 @@ func newSyncRunner(s config.Sync, mode *runMode, log *slog.Logger) (syncer.Runne
 		}
 		if err != nil {
 			log.Error("sync engine not available: cannot read repository Secrets", "error", err.Error())
-			u := unavailableRunner{reason: "cannot read the repository credential Secrets: " + err.Error()}
-			return u, u
+			return unavailableRunner{reason: "cannot read the repository credential Secrets: " + err.Error()}
 		}
 	}
 	engine, err := syncer.NewEngine(engineOptions(s, secrets, log))
 	if err != nil {
 		log.Error("sync engine not available", "error", err.Error())
-		u := unavailableRunner{reason: err.Error()}
-		return u, u
+		return unavailableRunner{reason: err.Error()}
 	}
-	return engine, engine
+	return withDiff(engine)
+}
+
+// withDiff is the engine as a syncEngine. Engine.Diff is written apart
+// from this wiring: until the engine has it, diffs fail with
+// apps.ErrDiffUnavailable.
+func withDiff(engine interface {
+	syncer.Runner
+	syncer.RevisionResolver
+}) syncEngine {
+	if e, ok := engine.(syncEngine); ok {
+		return e
+	}
+	return engineWithoutDiff{engine}
+}
+
+// engineWithoutDiff is an engine that cannot compute diffs (see withDiff).
+type engineWithoutDiff struct {
+	inner interface {
+		syncer.Runner
+		syncer.RevisionResolver
+	}
+}
+
+func (e engineWithoutDiff) Run(ctx context.Context, req syncer.Request, progress syncer.Progress) *v1alpha1.OperationState {
+	return e.inner.Run(ctx, req, progress)
+}
+
+func (e engineWithoutDiff) ResolveRevisions(ctx context.Context, app *v1alpha1.Application, project *v1alpha1.AppProject) ([]string, error) {
+	return e.inner.ResolveRevisions(ctx, app, project)
+}
+
+// Diff implements syncer.Differ: apps.ErrDiffUnavailable.
+func (engineWithoutDiff) Diff(context.Context, syncer.DiffRequest) (*v1alpha1.ApplicationDiff, error) {
+	return nil, fmt.Errorf("%w: this build's sync engine cannot compute diffs", apps.ErrDiffUnavailable)
 }
 
 // engineOptions maps the configuration's sync section onto the engine's
@@ -141,4 +185,10 @@ func (u unavailableRunner) Run(_ context.Context, req syncer.Request, _ syncer.P
 // reason the engine is not available.
 func (u unavailableRunner) ResolveRevisions(context.Context, *v1alpha1.Application, *v1alpha1.AppProject) ([]string, error) {
 	return nil, errors.New("sync engine not available: " + u.reason)
+}
+
+// Diff implements syncer.Differ: it fails with apps.ErrDiffUnavailable and
+// the reason the engine is not available.
+func (u unavailableRunner) Diff(context.Context, syncer.DiffRequest) (*v1alpha1.ApplicationDiff, error) {
+	return nil, fmt.Errorf("%w: sync engine not available: %s (see deputy's log at start)", apps.ErrDiffUnavailable, u.reason)
 }

@@ -5,7 +5,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-
 )
 
 // sameRepository says whether two repository URLs name the same repository,

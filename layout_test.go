@@ -24,10 +24,11 @@ const module = "deputy.dev/deputy"
 var allowedImports = map[string][]string{
 	"cmd/deputy":              {"*"},
 	"serve":                   {"webhook", "apps", "syncer", "syncer/source", "syncer/cluster", "authorizer", "tokenreview", "policy", "policy/clustersource", "policy/v1alpha1", "config", "certs", "examples", "internal/secretfile"},
-	"webhook":                 {"apps", "authorizer", "tokenreview", "policy", "policy/v1alpha1", "internal/secretfile"},
-	"apps":                    {"syncer", "syncer/health", "syncer/diff", "syncer/livestate", "policy", "policy/v1alpha1"},
+	"webhook":                 {"apps", "apps/gitpush", "authorizer", "tokenreview", "policy", "policy/v1alpha1", "internal/secretfile"},
+	"apps":                    {"apps/gitpush", "syncer", "syncer/health", "syncer/diff", "syncer/livestate", "policy", "policy/v1alpha1"},
 	"syncer":                  {"syncer/source", "syncer/health", "syncer/waves", "syncer/permissions", "syncer/diff", "syncer/livestate", "syncer/cluster", "policy", "policy/v1alpha1"},
 	"syncer/diff":             {},
+	"apps/gitpush":            {"policy/v1alpha1"},
 	"syncer/cluster":          {"policy/v1alpha1"},
 	"syncer/permissions":      {},
 	"syncer/waves":            {"policy/v1alpha1"},

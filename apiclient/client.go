@@ -33,7 +33,7 @@ type Options struct {
 }
 
 // Client calls deputy's own API, the counterpart of webhook.APIHandler
-// (`deputy sync` uses it). It never logs, and puts the token only into the
+// (`deputy sync` and `deputy diff` use it). It never logs, and puts the token only into the
 // Authorization header.
 type Client struct {
 	base   *url.URL
@@ -158,6 +158,42 @@ func (c *Client) Application(ctx context.Context, namespace, name string) (*v1al
 		return nil, fmt.Errorf("failed to decode deputy's answer: %w", err)
 	}
 	return &app, nil
+}
+
+// Diff asks deputy what a sync of namespace/name would change
+// (GET .../applications/NAME/diff): the rendered target dry-run on the
+// destination as the derived ServiceAccount, compared with the live
+// objects. op selects the revisions (Revision for spec.source, Revisions,
+// one per source, for spec.sources; empty: the targetRevisions); its other
+// fields are ignored. The call lasts as long as the diff (up to deputy's
+// sync.limits.operationTimeout): bound it with ctx.
+//
+// Errors: those of Sync (*StatusError: 404 unknown Application, 403, 422
+// the Application cannot be diffed, 429 too many diffs at once with
+// Details.RetryAfterSeconds, 503 destination or engine unavailable, 504),
+// and an answer that does not decode.
+func (c *Client) Diff(ctx context.Context, namespace, name string, op v1alpha1.SyncOperation) (*v1alpha1.ApplicationDiff, error) {
+	q := url.Values{}
+	if op.Revision != "" {
+		q.Set("revision", op.Revision)
+	}
+	for _, r := range op.Revisions {
+		q.Add("revisions", r)
+	}
+	u := c.applicationURL(namespace, name) + "/diff"
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	resp, err := c.do(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var d v1alpha1.ApplicationDiff
+	if err := json.NewDecoder(resp.Body).Decode(&d); err != nil {
+		return nil, fmt.Errorf("failed to decode deputy's answer: %w", err)
+	}
+	return &d, nil
 }
 
 // ErrWatchEnded is returned by Watch when the stream ends before the

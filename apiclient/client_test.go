@@ -173,3 +173,55 @@ func TestApplicationReadsTheStatus(t *testing.T) {
 		t.Errorf("request %s", path)
 	}
 }
+
+func TestDiffSendsTheRevisionsAndDecodesTheAnswer(t *testing.T) {
+	var method, path string
+	var query map[string][]string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		method, path, query = r.Method, r.URL.Path, r.URL.Query()
+		_, _ = fmt.Fprint(w, `{"apiVersion":"deputy.dev/v1alpha1","kind":"ApplicationDiff","namespace":"team-a","name":"web","revisions":["0123abc","4567def"],
+			"resources":[{"group":"apps","version":"v1","kind":"Deployment","namespace":"team-a","name":"web","action":"update","diff":"--- live\n+++ target\n"}]}`)
+	}))
+	defer srv.Close()
+	c, err := apiclient.New(apiclient.Options{Server: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := c.Diff(t.Context(), "team-a", "web", v1alpha1.SyncOperation{Revisions: []string{"", "v2"}, Prune: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if method != http.MethodGet || path != v1alpha1.APIPath+"/namespaces/team-a/applications/web/diff" {
+		t.Errorf("request %s %s", method, path)
+	}
+	if got := query["revisions"]; len(query) != 1 || len(got) != 2 || got[0] != "" || got[1] != "v2" {
+		t.Errorf("query %v, want revisions=&revisions=v2 in order and nothing else", query)
+	}
+	if d.Kind != v1alpha1.KindApplicationDiff || len(d.Resources) != 1 || d.Resources[0].Action != v1alpha1.DiffActionUpdate || !d.Changed() {
+		t.Errorf("diff %+v", d)
+	}
+	if _, err := c.Diff(t.Context(), "team-a", "web", v1alpha1.SyncOperation{Revision: "main"}); err != nil || len(query["revision"]) != 1 || query["revision"][0] != "main" {
+		t.Errorf("revision: query %v, err %v", query, err)
+	}
+	if _, err := c.Diff(t.Context(), "team-a", "web", v1alpha1.SyncOperation{}); err != nil || len(query) != 0 {
+		t.Errorf("no revision: query %v, err %v", query, err)
+	}
+}
+
+func TestDiffRefusalsAreStatusErrors(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", "5")
+		w.WriteHeader(http.StatusTooManyRequests)
+		fmt.Fprint(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","code":429,"reason":"TooManyRequests","message":"too many diffs in progress","details":{"retryAfterSeconds":5}}`)
+	}))
+	defer srv.Close()
+	c, err := apiclient.New(apiclient.Options{Server: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Diff(t.Context(), "ns", "app", v1alpha1.SyncOperation{})
+	var se *apiclient.StatusError
+	if !errors.As(err, &se) || se.Status.Code != 429 || se.Status.Details == nil || se.Status.Details.RetryAfterSeconds != 5 {
+		t.Fatalf("err = %#v, want a StatusError 429 with retryAfterSeconds", err)
+	}
+}

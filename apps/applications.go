@@ -2,6 +2,7 @@ package apps
 
 import (
 	"context"
+	"deputy.dev/deputy/apps/gitpush"
 	"errors"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -59,6 +60,18 @@ type Applications interface {
 	// ErrShuttingDown (503), the API's NotFound or Conflict (cluster mode),
 	// others (500).
 	Start(ctx context.Context, app *v1alpha1.Application, project *v1alpha1.AppProject, op v1alpha1.SyncOperation, initiatedBy v1alpha1.InitiatedBy) (*v1alpha1.OperationState, error)
+	// Diff computes what a sync of app (governed by project, as AppProject
+	// returned it) with op's revisions (Revision or Revisions; op's other
+	// fields are ignored) would change: the syncer.Differ renders the
+	// target and dry-runs every object on the destination as the derived
+	// ServiceAccount. It runs in the calling goroutine, not in the
+	// operations queue, on any replica (it writes nothing); at most
+	// sync.parallelism diffs run at once per process.
+	//
+	// Errors: ErrDiffUnavailable (no sync engine: 503), ErrTooManyDiffs
+	// (the bound is reached: 429), ErrInvalidSync (op is invalid: 422),
+	// ctx's error, and the Differ's (see syncer.Differ).
+	Diff(ctx context.Context, app *v1alpha1.Application, project *v1alpha1.AppProject, op v1alpha1.SyncOperation) (*v1alpha1.ApplicationDiff, error)
 	// ApplicationStatus is the Application's status as deputy knows it:
 	// the latest operation's state, the sync status it implies
 	// (v1alpha1.SyncStatusAfter; Unknown when nothing tells it), and
@@ -91,7 +104,7 @@ type PushTargets interface {
 	//
 	// Errors: as Start's; ErrOperationInProgress is not a failure (the
 	// pending operation syncs the pushed revision too).
-	Trigger(ctx context.Context, app *v1alpha1.Application, push Push) error
+	Trigger(ctx context.Context, app *v1alpha1.Application, push gitpush.Push) error
 }
 
 // ProjectResolver returns the deputy.dev AppProject an Application uses: a

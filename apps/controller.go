@@ -2,6 +2,7 @@ package apps
 
 import (
 	"cmp"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -46,6 +47,11 @@ type ControllerOptions struct {
 	Config *rest.Config
 	// Runner runs operations (the Engine).
 	Runner syncer.Runner
+	// Deleter deletes the resources of an Application deleted with a
+	// resources finalizer (cascading deletion); nil means Runner when it
+	// implements ResourceDeleter (the Engine does). Without one, such an
+	// Application keeps its finalizer and a DeletionError condition.
+	Deleter ResourceDeleter
 	// Revisions resolves targetRevisions for comparisons and automated
 	// syncs (the Engine).
 	Revisions syncer.RevisionResolver
@@ -53,6 +59,9 @@ type ControllerOptions struct {
 	// detection: status.sync, status.resources, selfHeal); nil compares
 	// nothing (status.sync then says what the last sync left).
 	Comparer syncer.Comparer
+	// Differ computes diffs on every replica, leading or not (the Engine);
+	// nil: Diff answers ErrDiffUnavailable.
+	Differ syncer.Differ
 	// Projects returns the deputy.dev AppProject an Application uses
 	// (ClusterProjects: policy.ResolveAppProject over the project
 	// namespaces in the cluster state), an error
@@ -60,7 +69,8 @@ type ControllerOptions struct {
 	// operation then ends in Error with that message), or
 	// policy.ErrNotLoaded while the AppProjects have not been read yet.
 	Projects ProjectResolver
-	// Workers bounds the operations running at once (sync.parallelism).
+	// Workers bounds the operations running at once (sync.parallelism),
+	// and apart from them the diffs this replica answers.
 	Workers int
 	// ReconcilePeriod is how often automated Applications are looked at.
 	ReconcilePeriod time.Duration
@@ -112,6 +122,7 @@ type Controller struct {
 	informer   cache.SharedIndexInformer
 	namespaces map[string]bool
 	identity   string
+	diffs      *diffGate
 
 	leading atomic.Bool
 	ops     atomic.Pointer[Operations]
@@ -130,8 +141,13 @@ type Controller struct {
 	liveDue  map[string]bool              // a look due at the revisions resolved last (a tracked object changed)
 	revs     map[string][]string          // the revisions each Application was last compared at
 	selfHeal map[string]selfHealState     // selfHeal's last sync of each Application
-	subs     map[string]map[*appSub]struct{}
-	term     *term // the current leadership term, nil when not leading
+	// deleting: a deletion of the Application's resources runs (this
+	// term); deleteFailures: the backoff of failed ones.
+	deleting       map[string]bool
+	deleteFailures map[string]deletionRetry
+	deletions      sync.WaitGroup // the running deletions
+	subs           map[string]map[*appSub]struct{}
+	term           *term // the current leadership term, nil when not leading
 }
 
 var _ Applications = (*Controller)(nil)
@@ -215,7 +231,8 @@ func NewController(opts ControllerOptions) (*Controller, error) {
 	}
 	c := &Controller{
 		opts: opts, log: opts.Logger.With("controller", "applications"),
-		client: dyn.Resource(ApplicationsResource), kube: kube, identity: identity,
+		client: dyn.Resource(ApplicationsResource), kube: kube, identity: identity, diffs: newDiffGate(opts.Differ, opts.Workers),
+		deleting: map[string]bool{}, deleteFailures: map[string]deletionRetry{},
 		pending: map[string]recordedOperation{}, cleared: map[types.UID]int64{}, running: map[string]recordedOperation{}, due: map[string]bool{},
 		liveDue: map[string]bool{}, revs: map[string][]string{}, selfHeal: map[string]selfHealState{},
 		subs: map[string]map[*appSub]struct{}{}, servedChanged: make(chan struct{}, 1),
@@ -235,6 +252,12 @@ func NewController(opts ControllerOptions) (*Controller, error) {
 
 // Identity is this replica's name in the Lease.
 func (c *Controller) Identity() string { return c.identity }
+
+// Diff implements Applications on every replica: at most Workers diffs at
+// once.
+func (c *Controller) Diff(ctx context.Context, app *v1alpha1.Application, project *v1alpha1.AppProject, op v1alpha1.SyncOperation) (*v1alpha1.ApplicationDiff, error) {
+	return c.diffs.diff(ctx, app, project, op)
+}
 
 // IsLeader reports whether this replica holds the Lease now.
 func (c *Controller) IsLeader() bool { return c.leading.Load() }

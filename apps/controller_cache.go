@@ -125,6 +125,7 @@ func (c *Controller) forget(obj any) {
 	delete(c.liveDue, key)
 	delete(c.revs, key)
 	delete(c.selfHeal, key)
+	delete(c.deleteFailures, key)
 }
 
 // dueIfAutomated marks an Application due for a look when it is new or its

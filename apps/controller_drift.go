@@ -143,10 +143,10 @@ func applyComparison(status *v1alpha1.ApplicationStatus, app *v1alpha1.Applicati
 			msg = cmpErr.Error()
 		}
 		status.Sync.Status = v1alpha1.SyncStatusCodeUnknown
-		setCondition(status, v1alpha1.ApplicationConditionComparisonError, msg, now)
+		setCondition(status, v1alpha1.ApplicationConditionComparisonError, msg)
 		return
 	}
-	setCondition(status, v1alpha1.ApplicationConditionComparisonError, "", now)
+	setCondition(status, v1alpha1.ApplicationConditionComparisonError, "")
 	status.Sync = v1alpha1.SyncStatus{Status: cmp.Status}
 	if app.Spec.HasMultipleSources() {
 		status.Sync.Revisions = slices.Clone(cmp.Revisions)
@@ -170,21 +170,6 @@ func applyComparison(status *v1alpha1.ApplicationStatus, app *v1alpha1.Applicati
 
 func resourceStatusKey(r v1alpha1.ResourceStatus) string {
 	return strings.Join([]string{r.Group, r.Kind, r.Namespace, r.Name}, "/")
-}
-
-// setCondition sets (message non-empty) or removes (empty) the condition of
-// type t, keeping its lastTransitionTime while it stays.
-func setCondition(status *v1alpha1.ApplicationStatus, t, message string, now metav1.Time) {
-	i := slices.IndexFunc(status.Conditions, func(c v1alpha1.ApplicationCondition) bool { return c.Type == t })
-	switch {
-	case message == "" && i >= 0:
-		status.Conditions = slices.Delete(status.Conditions, i, i+1)
-	case message == "":
-	case i >= 0:
-		status.Conditions[i].Message = message
-	default:
-		status.Conditions = append(status.Conditions, v1alpha1.ApplicationCondition{Type: t, Message: message, LastTransitionTime: &now})
-	}
 }
 
 // selfHealState is when selfHeal last synced an Application, and how many

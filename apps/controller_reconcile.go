@@ -105,6 +105,9 @@ func (c *Controller) lead(rootCtx, leaderCtx context.Context) {
 	queue.ShutDown()
 	stopWork()
 	wg.Wait()
+	// Deletions end with workCtx, writing nothing: the next term (or
+	// leader) deletes again.
+	c.deletions.Wait()
 
 	if leaderCtx.Err() == nil {
 		// Graceful stop while leading: let running operations finish, but
@@ -168,12 +171,20 @@ func (c *Controller) reconcile(ctx context.Context, ops *Operations, key string)
 	app := c.get(key)
 	if reason := c.obsolete(key, app); reason != "" {
 		ns, name, _ := strings.Cut(key, "/")
-		if ops.cancelRetry(ns, name, reason) {
+		switch {
+		case reason == reasonAppDeleted && ops.Cancel(ns, name, reason):
+			c.log.Info("the running operation was cancelled", "application", key, "reason", reason)
+		case reason != reasonAppDeleted && ops.cancelRetry(ns, name, reason):
 			c.log.Info("a waiting retry was cancelled", "application", key, "reason", reason)
 		}
 	}
 	if app == nil {
 		return nil
+	}
+	if app.DeletionTimestamp != nil {
+		// Nothing is started for an Application being deleted: its
+		// operation is cancelled, its resources deleted (finalize).
+		return c.finalize(ctx, ops, app)
 	}
 	if app.Operation != nil && app.Operation.Sync != nil {
 		return c.runRecorded(ctx, ops, app)

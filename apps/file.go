@@ -2,6 +2,7 @@ package apps
 
 import (
 	"context"
+	"deputy.dev/deputy/apps/gitpush"
 	"log/slog"
 
 	"deputy.dev/deputy/policy"
@@ -19,8 +20,11 @@ type FileOptions struct {
 	ProjectNamespaces []string
 	// Runner runs operations (the Engine).
 	Runner syncer.Runner
-	// Workers bounds the operations running at once (sync.parallelism); 0
-	// means DefaultWorkers.
+	// Differ computes diffs (the Engine); nil: Diff answers
+	// ErrDiffUnavailable.
+	Differ syncer.Differ
+	// Workers bounds the operations running at once (sync.parallelism),
+	// and apart from them the diffs; 0 means DefaultWorkers.
 	Workers int
 	// Logger receives every operation's audit line and engine faults.
 	// Default: discard.
@@ -37,6 +41,7 @@ type File struct {
 	current  func() *policy.Snapshot
 	projects ProjectResolver
 	ops      *Operations
+	diffs    *diffGate
 }
 
 var _ Applications = (*File)(nil)
@@ -46,7 +51,8 @@ var _ Applications = (*File)(nil)
 // the snapshot current then; it is cancelled when the Application is no
 // longer in the snapshot.
 func NewFile(opts FileOptions) *File {
-	f := &File{current: opts.Snapshot, projects: snapshotProjects(opts.Snapshot, opts.ProjectNamespaces)}
+	f := &File{current: opts.Snapshot, projects: snapshotProjects(opts.Snapshot, opts.ProjectNamespaces),
+		diffs: newDiffGate(opts.Differ, opts.Workers)}
 	f.ops = NewOperations(opts.Runner, OperationsOptions{Workers: opts.Workers, Logger: opts.Logger, Metrics: opts.Metrics,
 		BeforeRetry: f.retryTarget})
 	opts.Metrics.observe(f)
@@ -104,11 +110,16 @@ func (f *File) Start(ctx context.Context, app *v1alpha1.Application, project *v1
 	return f.ops.Start(ctx, app, project, op, initiatedBy)
 }
 
+// Diff implements Applications: at most Workers diffs at once.
+func (f *File) Diff(ctx context.Context, app *v1alpha1.Application, project *v1alpha1.AppProject, op v1alpha1.SyncOperation) (*v1alpha1.ApplicationDiff, error) {
+	return f.diffs.diff(ctx, app, project, op)
+}
+
 // Trigger implements PushTargets: an automated app is synced by the queue,
 // governed by its AppProject as AppProject resolves it now.
 //
 // Errors: AppProject's, and Start's.
-func (f *File) Trigger(ctx context.Context, app *v1alpha1.Application, push Push) error {
+func (f *File) Trigger(ctx context.Context, app *v1alpha1.Application, push gitpush.Push) error {
 	op, ok := automatedSync(app)
 	if !ok {
 		return nil
@@ -117,7 +128,7 @@ func (f *File) Trigger(ctx context.Context, app *v1alpha1.Application, push Push
 	if err != nil {
 		return err
 	}
-	_, err = f.ops.Start(ctx, app, project, op, push.initiatedBy())
+	_, err = f.ops.Start(ctx, app, project, op, initiatedBy(push))
 	return err
 }
 

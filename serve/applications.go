@@ -10,7 +10,6 @@ import (
 	"deputy.dev/deputy/apps"
 	"deputy.dev/deputy/config"
 	"deputy.dev/deputy/policy"
-	"deputy.dev/deputy/syncer"
 )
 
 // LeaseNamespace resolves sync.leaderElection.leaseNamespace: the configured
@@ -29,13 +28,15 @@ func LeaseNamespace(configured string) string {
 // sync.projectNamespaces); served tells whether the Application CRD is
 // served: the controller lists Applications and campaigns for the Lease only
 // while it is; metrics (nil: none) are the Applications' metrics.
-func controllerOptions(cfg *config.DeputyConfiguration, restCfg *rest.Config, runner syncer.Runner, revisions syncer.RevisionResolver,
+func controllerOptions(cfg *config.DeputyConfiguration, restCfg *rest.Config, engine syncEngine,
 	state func() *policy.ClusterState, served func() (served, known bool), metrics *apps.Metrics, log *slog.Logger) apps.ControllerOptions {
 	le := cfg.Sync.LeaderElection
 	return apps.ControllerOptions{
 		Config:          rest.CopyConfig(restCfg),
-		Runner:          runner,
-		Revisions:       revisions,
+		Runner:          engine,
+		Revisions:       engine,
+		Comparer:        engine,
+		Differ:          engine,
 		Projects:        apps.ClusterProjects(state, cfg.Sync.ProjectNamespaces),
 		Workers:         cfg.Sync.Parallelism,
 		ReconcilePeriod: cfg.Sync.ReconcilePeriod.Duration,
@@ -54,11 +55,12 @@ func controllerOptions(cfg *config.DeputyConfiguration, restCfg *rest.Config, ru
 // fileOptions maps the configuration (sync.projectNamespaces,
 // sync.parallelism) onto file mode's Applications over the policy
 // snapshot; metrics (nil: none) are the Applications' metrics.
-func fileOptions(cfg *config.DeputyConfiguration, snapshot func() *policy.Snapshot, runner syncer.Runner, metrics *apps.Metrics, log *slog.Logger) apps.FileOptions {
+func fileOptions(cfg *config.DeputyConfiguration, snapshot func() *policy.Snapshot, engine syncEngine, metrics *apps.Metrics, log *slog.Logger) apps.FileOptions {
 	return apps.FileOptions{
 		Snapshot:          snapshot,
 		ProjectNamespaces: cfg.Sync.ProjectNamespaces,
-		Runner:            runner,
+		Runner:            engine,
+		Differ:            engine,
 		Workers:           cfg.Sync.Parallelism,
 		Metrics:           metrics,
 		Logger:            log,
@@ -80,14 +82,15 @@ func fileOptions(cfg *config.DeputyConfiguration, snapshot func() *policy.Snapsh
 //
 // Errors: the controller cannot be built (apps.NewController).
 func startApplications(ctx context.Context, cfg *config.DeputyConfiguration, mode *runMode, snapshot func() *policy.Snapshot,
-	runner syncer.Runner, revisions syncer.RevisionResolver, metrics *apps.Metrics, log *slog.Logger) (applications apps.Applications, stop func(), err error) {
+	engine syncEngine, metrics *apps.Metrics, log *slog.Logger) (applications apps.Applications, stop func(), err error) {
 	if mode.isCluster() {
-		controller, err := apps.NewController(controllerOptions(cfg, mode.restConfig, runner, revisions, mode.cluster.Current, mode.applicationsServed, metrics, log))
+		controller, err := apps.NewController(controllerOptions(cfg, mode.restConfig, engine, mode.cluster.Current, mode.applicationsServed, metrics, log))
 		if err != nil {
 			return nil, nil, err
 		}
 		mode.controller.Store(controller)
 		done := make(chan struct{})
+		go engine.RunLiveState(ctx)
 		go func() {
 			defer close(done)
 			if err := controller.Run(ctx); err != nil {
@@ -97,7 +100,7 @@ func startApplications(ctx context.Context, cfg *config.DeputyConfiguration, mod
 		// The controller drains and releases the Lease when ctx ends.
 		return controller, func() { <-done }, nil
 	}
-	file := apps.NewFile(fileOptions(cfg, snapshot, runner, metrics, log))
+	file := apps.NewFile(fileOptions(cfg, snapshot, engine, metrics, log))
 	var drained sync.Once
 	return file, func() {
 		drained.Do(func() {

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"deputy.dev/deputy/apps"
 	"deputy.dev/deputy/config"
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer"
@@ -17,13 +18,28 @@ import (
 	"deputy.dev/deputy/syncer/source"
 )
 
+// syncEngine is the sync engine as deputy's Applications use it: it runs
+// operations, resolves revisions for automated syncs, computes diffs,
+// compares live state with Git and runs the live-state cache of those
+// comparisons (syncer.Engine, or unavailableRunner when it cannot be
+// built).
+type syncEngine interface {
+	syncer.Runner
+	syncer.RevisionResolver
+	syncer.Differ
+	syncer.Comparer
+	RunLiveState(ctx context.Context)
+}
+
 // newSyncRunner builds the sync engine from the configuration's sync
-// section (impersonation, clusters, sources and limits, healthTimeout). An engine that cannot be built (its cache directory cannot be
-// created, a Secret client cannot be made) does not stop deputy from serving
-// its webhooks: every operation then fails with the reason, and the error is
-// logged at start. Repository credentials in Secrets are read with deputy's
-// identity of cluster mode (config.Validate requires cluster mode for them).
-func newSyncRunner(s config.Sync, mode *runMode, log *slog.Logger) (syncer.Runner, syncer.RevisionResolver) {
+// section (impersonation, clusters, sources and limits, healthTimeout). An
+// engine that cannot be built (its cache directory cannot be created, a
+// Secret client cannot be made) does not stop deputy from serving its
+// webhooks: every operation and diff then fails with the reason, and the
+// error is logged at start. Repository credentials in Secrets are read with
+// deputy's identity of cluster mode (config.Validate requires cluster mode
+// for them).
+func newSyncRunner(s config.Sync, mode *runMode, log *slog.Logger) syncEngine {
 	needSecrets := false
 	for _, r := range s.Repositories {
 		needSecrets = needSecrets || r.Secret != nil
@@ -39,17 +55,23 @@ func newSyncRunner(s config.Sync, mode *runMode, log *slog.Logger) (syncer.Runne
 		}
 		if err != nil {
 			log.Error("sync engine not available: cannot read repository Secrets", "error", err.Error())
-			u := unavailableRunner{reason: "cannot read the repository credential Secrets: " + err.Error()}
-			return u, u
+			return unavailableRunner{reason: "cannot read the repository credential Secrets: " + err.Error()}
 		}
 	}
-	engine, err := syncer.NewEngine(engineOptions(s, secrets, log))
+	opts := engineOptions(s, secrets, log)
+	// Changes of tracked objects reach cluster mode's controller (built
+	// after the engine) for a new comparison.
+	opts.OnLiveChange = func(namespace, name string) {
+		if c := mode.controller.Load(); c != nil {
+			c.LiveChanged(namespace, name)
+		}
+	}
+	engine, err := syncer.NewEngine(opts)
 	if err != nil {
 		log.Error("sync engine not available", "error", err.Error())
-		u := unavailableRunner{reason: err.Error()}
-		return u, u
+		return unavailableRunner{reason: err.Error()}
 	}
-	return engine, engine
+	return engine
 }
 
 // engineOptions maps the configuration's sync section onto the engine's
@@ -141,4 +163,19 @@ func (u unavailableRunner) Run(_ context.Context, req syncer.Request, _ syncer.P
 // reason the engine is not available.
 func (u unavailableRunner) ResolveRevisions(context.Context, *v1alpha1.Application, *v1alpha1.AppProject) ([]string, error) {
 	return nil, errors.New("sync engine not available: " + u.reason)
+}
+
+// Compare implements syncer.Comparer: it fails with the reason the engine
+// is not available.
+func (u unavailableRunner) Compare(context.Context, *v1alpha1.Application, *v1alpha1.AppProject, []string) (*syncer.Comparison, error) {
+	return nil, errors.New("sync engine not available: " + u.reason)
+}
+
+// RunLiveState has no cache to run.
+func (unavailableRunner) RunLiveState(context.Context) {}
+
+// Diff implements syncer.Differ: it fails with apps.ErrDiffUnavailable and
+// the reason the engine is not available.
+func (u unavailableRunner) Diff(context.Context, syncer.DiffRequest) (*v1alpha1.ApplicationDiff, error) {
+	return nil, fmt.Errorf("%w: sync engine not available: %s (see deputy's log at start)", apps.ErrDiffUnavailable, u.reason)
 }

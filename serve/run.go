@@ -88,12 +88,12 @@ func Run(ctx context.Context, cfg *config.DeputyConfiguration, log *slog.Logger,
 	// the same token chain (and client certificates of the client CA) and
 	// authorized by the same authorizer as /authorize, and through the Git
 	// push webhook.
-	runner, revisions := newSyncRunner(cfg.Sync, mode, log)
+	engine := newSyncRunner(cfg.Sync, mode, log)
 	appMetrics, err := apps.NewMetrics(metrics.Registry)
 	if err != nil {
 		return err
 	}
-	applications, stopSyncs, err := startApplications(runCtx, cfg, mode, source.Current, runner, revisions, appMetrics, log)
+	applications, stopSyncs, err := startApplications(runCtx, cfg, mode, source.Current, engine, appMetrics, log)
 	if err != nil {
 		return err
 	}

@@ -224,17 +224,32 @@ func (e *Engine) timedOut(parent, opCtx context.Context, op *operation) {
 	op.state.Phase, op.state.Message = v1alpha1.OperationError, msg
 }
 
+// DeleteOptions configure DeleteResources.
+type DeleteOptions struct {
+	// PropagationPolicy is every delete's propagationPolicy: Background
+	// (the default when empty) or Foreground (an object stays, with the
+	// foregroundDeletion finalizer, until kube-controller-manager's garbage
+	// collector removed its dependents; for ever where none runs).
+	PropagationPolicy metav1.DeletionPropagation
+}
+
 // DeleteResources deletes every object tracked as belonging to app (its
 // TrackingAnnotation value), looking at the kinds and namespaces its last
 // operation recorded and those its source renders now (when it still
 // renders), in the destination namespace too, as the ServiceAccount the
 // project derives: the derivation, the enforcement and the preflight are the
-// same as for a sync. The returned state's phase is Succeeded when every
-// tracked object is gone (results say Pruned), Failed when some deletion
-// failed, Error when the operation could not run; its Operation is empty.
-func (e *Engine) DeleteResources(ctx context.Context, app *v1alpha1.Application, project *v1alpha1.AppProject) (final *v1alpha1.OperationState) {
+// same as for a sync. Each delete uses opts.PropagationPolicy; then it waits
+// (within the health timeout, as between prune's waves) until the deleted
+// objects are gone, and lists again: an object still there (a finalizer
+// holds it) is a failed result. The returned state's phase is Succeeded
+// when every tracked object is gone (results say Pruned), Failed when some
+// deletion failed or an object remains, Error when the operation could not
+// run (its message names why: the enforcement, the missing ServiceAccount,
+// the preflight's missing permissions); its Operation is empty.
+func (e *Engine) DeleteResources(ctx context.Context, app *v1alpha1.Application, project *v1alpha1.AppProject, opts DeleteOptions) (final *v1alpha1.OperationState) {
 	op := e.newOperation(Request{Application: app, Project: project}, nil)
 	op.state.Operation = v1alpha1.Operation{}
+	op.options.propagation = cmp.Or(opts.PropagationPolicy, metav1.DeletePropagationBackground)
 	opCtx, cancel := context.WithTimeout(ctx, e.opts.Source.Limits.OperationTimeout)
 	defer cancel()
 	defer func() {

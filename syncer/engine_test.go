@@ -261,14 +261,14 @@ func TestRunNeverPanicsAndAlwaysEnds(t *testing.T) {
 	if st := f.engine.Run(t.Context(), Request{}, nil); st == nil || st.Phase != v1alpha1.OperationError {
 		t.Errorf("an empty request: %+v", st)
 	}
-	if st := f.engine.DeleteResources(t.Context(), nil, nil); st == nil || st.Phase != v1alpha1.OperationError {
+	if st := f.engine.DeleteResources(t.Context(), nil, nil, DeleteOptions{}); st == nil || st.Phase != v1alpha1.OperationError {
 		t.Errorf("deleting nothing: %+v", st)
 	}
 }
 
 func TestDeleteResourcesEnforcesImpersonation(t *testing.T) {
 	f := newEngineFixture(t, ImpersonationSettings{Enabled: true, Enforced: true})
-	st := f.engine.DeleteResources(t.Context(), f.app(func(a *v1alpha1.Application) { a.Spec.Destination.Namespace = "guestbook-dev" }), f.project)
+	st := f.engine.DeleteResources(t.Context(), f.app(func(a *v1alpha1.Application) { a.Spec.Destination.Namespace = "guestbook-dev" }), f.project, DeleteOptions{})
 	if st.Phase != v1alpha1.OperationError || st.Message != "no matching service account found for destination server https://kubernetes.default.svc and namespace guestbook-dev" {
 		t.Errorf("phase %s: %s", st.Phase, st.Message)
 	}

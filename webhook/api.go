@@ -94,16 +94,18 @@ type APIOptions struct {
 //	POST .../namespaces/{ns}/applications/{name}/sync   start a sync (202 + OperationState)
 //	GET  .../namespaces/{ns}/applications/{name}        the Application with its status
 //	GET  .../namespaces/{ns}/applications/{name}?watch=true   its operation's progress, NDJSON
+//	GET  .../namespaces/{ns}/applications/{name}/diff[?revision=R | ?revisions=A&revisions=B]
+//	                                                    what a sync would change (200 + ApplicationDiff)
 //	GET  /apis/{group}/v1alpha1                         discovery (APIResourceList)
 //
 // Every request goes through kube-apiserver's handler chain (WithAPIChain):
 // authentication (401 otherwise), audit, then authorization as verb create
-// on applications/sync or verb get on applications, in group deputy.dev
-// (also for the aggregated group), the namespace and the name (403
-// otherwise, with kube-apiserver's message and the deciding reason). Errors
-// are metav1.Status objects, as kube-apiserver writes them. Credentials are
-// removed from the request once the caller is authenticated and never
-// logged.
+// on applications/sync, verb get on applications/diff or verb get on
+// applications, in group deputy.dev (also for the aggregated group), the
+// namespace and the name (403 otherwise, with kube-apiserver's message and
+// the deciding reason). Errors are metav1.Status objects, as kube-apiserver
+// writes them. Credentials are removed from the request once the caller is
+// authenticated and never logged.
 type APIHandler struct {
 	opts     APIOptions
 	log      *slog.Logger
@@ -121,7 +123,7 @@ func NewAPIHandler(opts APIOptions) *APIHandler {
 	r := chi.NewRouter()
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, fromAPIError(apierrors.NewNotFound(schema.GroupResource{}, "")).withMessage("the server could not find the requested resource: deputy serves "+
-			"POST "+APIPrefix+"/namespaces/NS/applications/NAME/sync and GET "+APIPrefix+"/namespaces/NS/applications/NAME"))
+			"POST "+APIPrefix+"/namespaces/NS/applications/NAME/sync, GET "+APIPrefix+"/namespaces/NS/applications/NAME and GET "+APIPrefix+"/namespaces/NS/applications/NAME/diff"))
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, fromAPIError(apierrors.NewMethodNotSupported(applicationsResource, r.Method)))
@@ -134,6 +136,7 @@ func NewAPIHandler(opts APIOptions) *APIHandler {
 		prefix := "/apis/" + g + "/" + v1alpha1.Version
 		r.Post(prefix+"/namespaces/{namespace}/applications/{name}/sync", h.sync)
 		r.Get(prefix+"/namespaces/{namespace}/applications/{name}", h.get)
+		r.Get(prefix+"/namespaces/{namespace}/applications/{name}/diff", h.diff)
 		discovery := apiDiscovery(g)
 		r.Get(prefix, func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, discovery) })
 	}
@@ -147,9 +150,9 @@ func NewAPIHandler(opts APIOptions) *APIHandler {
 // ServeHTTP implements http.Handler.
 func (h *APIHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.router.ServeHTTP(w, r) }
 
-// CloseStreams ends every watch stream (and refuses new ones), so that a
-// graceful shutdown does not wait for syncs to finish. The server calls it
-// when it starts draining.
+// CloseStreams ends every watch stream and cancels the diffs in progress
+// (and refuses new ones), so that a graceful shutdown does not wait for
+// syncs or diffs to finish. The server calls it when it starts draining.
 func (h *APIHandler) CloseStreams() { h.stopOnce.Do(func() { close(h.stop) }) }
 
 // apiUser is the authenticated caller (set by the handler chain).
@@ -214,18 +217,8 @@ func (h *APIHandler) sync(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if msg := revisionsMismatch(app, op); msg != "" {
-		writeStatus(w, fromAPIError(apierrors.NewInvalid(schema.GroupKind{Group: v1alpha1.Group, Kind: v1alpha1.KindApplication}, name, nil)).withMessage(msg))
-		return
-	}
-	project, err := h.opts.Applications.AppProject(app)
-	if errors.Is(err, policy.ErrProjectNotUsable) {
-		writeStatus(w, fromAPIError(apierrors.NewInvalid(schema.GroupKind{Group: v1alpha1.Group, Kind: v1alpha1.KindApplication}, name, nil)).
-			withMessage(strings.TrimPrefix(err.Error(), policy.ErrProjectNotUsable.Error()+": ")))
-		return
-	}
-	if err != nil {
-		writeStatus(w, fromAPIError(apierrors.NewServiceUnavailable(err.Error())))
+	project, ok := h.project(w, app, op)
+	if !ok {
 		return
 	}
 	u := apiUser(r.Context())
@@ -237,7 +230,7 @@ func (h *APIHandler) sync(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, fromAPIError(apierrors.NewConflict(applicationsResource, name, err)))
 		return
 	case errors.Is(err, apps.ErrInvalidSync):
-		writeStatus(w, fromAPIError(apierrors.NewInvalid(schema.GroupKind{Group: v1alpha1.Group, Kind: v1alpha1.KindApplication}, name, nil)).withMessage(err.Error()))
+		writeStatus(w, invalidApplication(name, err.Error()))
 		return
 	case errors.Is(err, apps.ErrShuttingDown):
 		writeStatus(w, fromAPIError(apierrors.NewServiceUnavailable(err.Error())))
@@ -255,6 +248,31 @@ func (h *APIHandler) sync(w http.ResponseWriter, r *http.Request) {
 	}
 	log.Info("sync started", "application", ns+"/"+name, "revision", op.Revision, "prune", op.Prune, "dryRun", op.DryRun, "healthTimeout", op.HealthTimeout)
 	writeJSON(w, http.StatusAccepted, state)
+}
+
+// project checks that op's revisions fit app's sources (422) and returns
+// app's AppProject: an unusable project is 422, one that cannot be read yet
+// 503 (answered here).
+func (h *APIHandler) project(w http.ResponseWriter, app *v1alpha1.Application, op v1alpha1.SyncOperation) (*v1alpha1.AppProject, bool) {
+	if msg := revisionsMismatch(app, op); msg != "" {
+		writeStatus(w, invalidApplication(app.Name, msg))
+		return nil, false
+	}
+	project, err := h.opts.Applications.AppProject(app)
+	if errors.Is(err, policy.ErrProjectNotUsable) {
+		writeStatus(w, invalidApplication(app.Name, strings.TrimPrefix(err.Error(), policy.ErrProjectNotUsable.Error()+": ")))
+		return nil, false
+	}
+	if err != nil {
+		writeStatus(w, fromAPIError(apierrors.NewServiceUnavailable(err.Error())))
+		return nil, false
+	}
+	return project, true
+}
+
+// invalidApplication is a 422 about the Application name with message.
+func invalidApplication(name, message string) *statusError {
+	return fromAPIError(apierrors.NewInvalid(schema.GroupKind{Group: v1alpha1.Group, Kind: v1alpha1.KindApplication}, name, nil)).withMessage(message)
 }
 
 // readSyncOperation reads the optional JSON body of a sync request strictly:
@@ -289,15 +307,21 @@ func readSyncOperation(w http.ResponseWriter, r *http.Request) (v1alpha1.SyncOpe
 	if errs := op.Validate(nil); len(errs) > 0 {
 		return op, badRequest("invalid sync request: %s", errs.ToAggregate().Error())
 	}
+	return op, checkRevisions(op)
+}
+
+// checkRevisions refuses (400) a revision that is too long or holds blanks
+// or control characters.
+func checkRevisions(op v1alpha1.SyncOperation) *statusError {
 	for _, rev := range append([]string{op.Revision}, op.Revisions...) {
 		if len(rev) > maxRevisionLength {
-			return op, badRequest("revision is longer than %d characters", maxRevisionLength)
+			return badRequest("revision is longer than %d characters", maxRevisionLength)
 		}
 		if strings.IndexFunc(rev, func(c rune) bool { return unicode.IsSpace(c) || !unicode.IsPrint(c) }) >= 0 {
-			return op, badRequest("revision %q contains blanks or control characters: give a branch, tag or commit SHA", rev)
+			return badRequest("revision %q contains blanks or control characters: give a branch, tag or commit SHA", rev)
 		}
 	}
-	return op, nil
+	return nil
 }
 
 // revisionsMismatch says why op's revisions do not fit app's sources, ""
@@ -345,11 +369,10 @@ func (h *APIHandler) get(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// stream writes the operation's events as NDJSON until it ends, the client
-// goes away, or the server shuts down.
-func (h *APIHandler) stream(w http.ResponseWriter, r *http.Request, ns, name string) {
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
+// untilStopped is ctx, also cancelled when CloseStreams is called (the
+// server starts draining); call cancel when done.
+func (h *APIHandler) untilStopped(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
 	go func() {
 		select {
 		case <-h.stop:
@@ -357,6 +380,14 @@ func (h *APIHandler) stream(w http.ResponseWriter, r *http.Request, ns, name str
 		case <-ctx.Done():
 		}
 	}()
+	return ctx, cancel
+}
+
+// stream writes the operation's events as NDJSON until it ends, the client
+// goes away, or the server shuts down.
+func (h *APIHandler) stream(w http.ResponseWriter, r *http.Request, ns, name string) {
+	ctx, cancel := h.untilStopped(r.Context())
+	defer cancel()
 	events := h.opts.Applications.Watch(ctx, ns, name)
 
 	hdr := w.Header()

@@ -167,7 +167,7 @@ func NewProjectScopeAuthorizer(applications apps.Applications) authorizer.Author
 			return authorizer.DecisionNoOpinion, "", nil
 		}
 		if !a.IsResourceRequest() || a.GetAPIGroup() != v1alpha1.Group || a.GetResource() != "applications" || a.GetName() == "" {
-			return authorizer.DecisionDeny, "deputy project tokens may only get and sync Applications of their project", nil
+			return authorizer.DecisionDeny, "deputy project tokens may only get, diff and sync Applications of their project", nil
 		}
 		app, err := applications.Application(a.GetNamespace(), a.GetName())
 		if errors.Is(err, policy.ErrNotLoaded) {
@@ -343,6 +343,7 @@ func apiDiscovery(group string) map[string]any {
 		"resources": []map[string]any{
 			{"name": "applications", "singularName": "application", "namespaced": true, "kind": v1alpha1.KindApplication, "verbs": []string{"get"}},
 			{"name": "applications/sync", "singularName": "", "namespaced": true, "kind": "SyncOperation", "verbs": []string{"create"}},
+			{"name": "applications/diff", "singularName": "", "namespaced": true, "kind": v1alpha1.KindApplicationDiff, "verbs": []string{"get"}},
 		},
 	}
 }

@@ -85,7 +85,7 @@ func TestAPIFrontProxyHeaders(t *testing.T) {
 				Name string `json:"name"`
 			} `json:"resources"`
 		}
-		if err := json.Unmarshal([]byte(resp.body), &list); err != nil || list.GroupVersion != "sync.deputy.dev/v1alpha1" || len(list.Resources) != 2 {
+		if err := json.Unmarshal([]byte(resp.body), &list); err != nil || list.GroupVersion != "sync.deputy.dev/v1alpha1" || len(list.Resources) != 3 {
 			t.Errorf("discovery %+v (%v): %s", list, err, resp.body)
 		}
 	})

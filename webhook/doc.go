@@ -22,8 +22,8 @@
 // are never logged.
 //
 // Deputy's API and the Git push endpoint reach Applications only through
-// package apps' contract (apps.Applications: find, AppProject, start, status,
-// watch; apps.SyncPush for a push), whichever the run mode.
+// package apps' contract (apps.Applications: find, AppProject, start, diff,
+// status, watch; apps.SyncPush for a push), whichever the run mode.
 //
 // Its constructors take plain options (server, handlers, API, Git push
 // endpoint); package serve, the composition root of `deputy serve`, maps

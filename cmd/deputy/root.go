@@ -9,10 +9,21 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// exitError carries a specific exit code (can-i answers "no" with 1).
-type exitError struct{ code int }
+// exitError carries a specific exit code (can-i answers "no" with 1; diff
+// fails with 2) and, if err is set, the error execute prints.
+type exitError struct {
+	code int
+	err  error
+}
 
-func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+func (e exitError) Error() string {
+	if e.err != nil {
+		return e.err.Error()
+	}
+	return fmt.Sprintf("exit status %d", e.code)
+}
+
+func (e exitError) Unwrap() error { return e.err }
 
 // execute runs the command line args and returns the process exit code.
 func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -23,6 +34,9 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := root.ExecuteContext(ctx); err != nil {
 		var ee exitError
 		if errors.As(err, &ee) {
+			if ee.err != nil {
+				fmt.Fprintln(stderr, "error:", ee.err)
+			}
 			return ee.code
 		}
 		fmt.Fprintln(stderr, "error:", err)
@@ -47,6 +61,7 @@ func newRootCommand(serve serveFunc) *cobra.Command {
 		newCanICommand(),
 		newValidateCommand(),
 		newSyncCommand(),
+		newDiffCommand(),
 		newRenderCommand(),
 		newTokenCommand(),
 		newVersionCommand(),

@@ -40,7 +40,8 @@ const (
 )
 
 // syncTestPolicy: alice and the development client certificate's user
-// (kube-apiserver) may sync and read Applications in guestbook; bob may not.
+// (kube-apiserver) may sync, read and diff Applications in guestbook; bob
+// may not.
 var syncTestPolicy = []policy.SourceFile{
 	{Name: "apps.yaml", Data: []byte(`apiVersion: deputy.dev/v1alpha1
 kind: AppProject
@@ -77,7 +78,7 @@ kind: Role
 metadata: {name: syncer, namespace: guestbook}
 rules:
 - {apiGroups: [deputy.dev], resources: [applications/sync], verbs: [create]}
-- {apiGroups: [deputy.dev], resources: [applications], verbs: [get]}
+- {apiGroups: [deputy.dev], resources: [applications, applications/diff], verbs: [get]}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
@@ -125,6 +126,7 @@ type syncServer struct {
 	url    string
 	caFile string
 	runner *cliRunner
+	differ *cliDiffer
 }
 
 // startSyncServer serves deputy's API over TLS with cert (nil: httptest's own)
@@ -136,9 +138,9 @@ func startSyncServer(t *testing.T, cert *tls.Certificate, clientCA *x509.CertPoo
 		t.Fatal(err)
 	}
 	current := func() *policy.Snapshot { return snap }
-	runner := &cliRunner{watching: make(chan struct{})}
+	runner, differ := &cliRunner{watching: make(chan struct{})}, &cliDiffer{}
 	ops := apps.NewFile(apps.FileOptions{Snapshot: current, ProjectNamespaces: []string{"guestbook"}, Runner: runner,
-		Logger: slog.New(slog.DiscardHandler)})
+		Differ: differ, Logger: slog.New(slog.DiscardHandler)})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -173,7 +175,7 @@ func startSyncServer(t *testing.T, cert *tls.Certificate, clientCA *x509.CertPoo
 	}
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
-	s := &syncServer{url: srv.URL, runner: runner}
+	s := &syncServer{url: srv.URL, runner: runner, differ: differ}
 	if cert == nil {
 		s.caFile = filepath.Join(t.TempDir(), "ca.crt")
 		data := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
@@ -468,11 +470,11 @@ func TestSyncNamesTheDevelopmentCertificateOn403(t *testing.T) {
 	forbidden := &apiclient.StatusError{Status: metav1.Status{Code: http.StatusForbidden,
 		Message: `applications.deputy.dev "guestbook" is forbidden: User "kube-apiserver" cannot create resource "applications/sync"`}}
 	dev := apiclient.Options{CertFile: filepath.Join(config.DefaultCertDir, certs.ClientCertFile)}
-	if got := explainAPIError(forbidden, dev).Error(); !strings.Contains(got, "development client certificate") || !strings.Contains(got, tokenEnv+"=deputy-demo-alice") {
+	if got := explainAPIError(forbidden, dev, syncCall).Error(); !strings.Contains(got, "development client certificate") || !strings.Contains(got, tokenEnv+"=deputy-demo-alice") {
 		t.Errorf("with the development certificate: %s", got)
 	}
 	own := apiclient.Options{CertFile: "/etc/me/client.crt"}
-	if got := explainAPIError(forbidden, own).Error(); strings.Contains(got, "development client certificate") || !strings.Contains(got, "grant verb create on applications/sync") {
+	if got := explainAPIError(forbidden, own, syncCall).Error(); strings.Contains(got, "development client certificate") || !strings.Contains(got, "grant verb create on applications/sync") {
 		t.Errorf("with an explicit certificate: %s", got)
 	}
 }

@@ -694,7 +694,7 @@ func TestSyncPruneDeletesOnlyWhatItTracks(t *testing.T) {
 	})
 	t.Run("deleting the Application's resources deletes every tracked object as the ServiceAccount", func(t *testing.T) {
 		started := time.Now()
-		st := engine.DeleteResources(t.Context(), app, project)
+		st := engine.DeleteResources(t.Context(), app, project, syncer.DeleteOptions{})
 		if st.Phase != v1alpha1.OperationSucceeded || st.Identity != saUser {
 			t.Fatalf("%s", describe(st))
 		}

@@ -229,12 +229,15 @@ func TestDriftAtScale(t *testing.T) {
 			t.Errorf("%s: %d Application status writes while nothing changed, want 0", w.name, n)
 		}
 	}
+	stats[0].logSamples(t)
 	whole := stats[len(windows)]
+	whole.log(t)
 	t.Logf("SCALE scopes configmap_list_watch_scopes_since_start=%d (namespaces %d)", len(whole.configMapScopes), nNS)
 
 	// --- drift → OutOfSync ---------------------------------------------------------
 	driftStart := time.Now()
 	var latencies []time.Duration
+	var driftWindows []auditWindow
 	for i := range drifts {
 		a := all[(i*len(all))/drifts%len(all)]
 		cm := fmt.Sprintf("cm-%s-0", strings.TrimPrefix(a.dir, "app-"))
@@ -262,6 +265,7 @@ func TestDriftAtScale(t *testing.T) {
 		}
 		d := time.Since(t0)
 		latencies = append(latencies, d)
+		driftWindows = append(driftWindows, auditWindow{name: fmt.Sprintf("drift-%d", i+1), from: t0, to: time.Now()})
 		msg := ""
 		for _, r := range got.Status.Resources {
 			if r.Kind == "ConfigMap" && r.Name == cm {
@@ -278,13 +282,19 @@ func TestDriftAtScale(t *testing.T) {
 		t.Logf("SCALE drift_latency n=%d median_ms=%d max_ms=%d min_ms=%d", len(latencies), latencies[len(latencies)/2].Milliseconds(),
 			latencies[len(latencies)-1].Milliseconds(), latencies[0].Milliseconds())
 	}
-	dstats, err := scanAudit(auditLog, deputyUser, []auditWindow{{name: "drifts", from: driftStart, to: time.Now()}})
+	dstats, err := scanAudit(auditLog, deputyUser, append([]auditWindow{{name: "drifts", from: driftStart, to: time.Now()}}, driftWindows...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	dstats[0].log(t)
 	for _, ev := range dstats[0].objectGets {
 		t.Errorf("drifts: a per-object read: %s", describeAudit(ev))
+	}
+	// Between each patch and OutOfSync: did a periodic pass (a GET of
+	// every Application) run meanwhile?
+	for _, w := range dstats[1:] {
+		t.Logf("SCALE drift_window window=%s seconds=%.2f application_gets=%d total=%d", w.name, w.to.Sub(w.from).Seconds(),
+			w.counts["get applications.deputy.dev self"], w.total)
 	}
 }
 
@@ -550,6 +560,8 @@ type auditStats struct {
 	// ConfigMaps; statusWrites writes of applications/status.
 	objectGets, objectWrites []framework.AuditEvent
 	statusWrites             int
+	// samples holds the first audit line of each count key.
+	samples map[string]string
 }
 
 // scanAudit reads the audit log once and counts user's requests (each
@@ -562,7 +574,7 @@ func scanAudit(path, user string, windows []auditWindow) ([]*auditStats, error) 
 	defer f.Close()
 	out := make([]*auditStats, len(windows))
 	for i, w := range windows {
-		out[i] = &auditStats{auditWindow: w, counts: map[string]int{}, configMapScopes: map[string]bool{}}
+		out[i] = &auditStats{auditWindow: w, counts: map[string]int{}, configMapScopes: map[string]bool{}, samples: map[string]string{}}
 	}
 	seen := map[string]bool{}
 	type event struct {
@@ -588,23 +600,26 @@ func scanAudit(path, user string, windows []auditWindow) ([]*auditStats, error) 
 			if ev.RequestReceivedTimestamp.Before(st.from) || !ev.RequestReceivedTimestamp.Before(st.to) {
 				continue
 			}
-			st.add(ev.AuditEvent)
+			if k := st.add(ev.AuditEvent); st.samples[k] == "" {
+				st.samples[k] = string(line)
+			}
 		}
 	}
 	return out, s.Err()
 }
 
-func (st *auditStats) add(ev framework.AuditEvent) {
+// add counts ev and returns its count key.
+func (st *auditStats) add(ev framework.AuditEvent) string {
 	as := "self"
 	if ev.ImpersonatedUser != nil {
 		as = "impersonated"
 	}
-	res := auditResource(ev)
-	st.counts[ev.Verb+" "+res+" "+as]++
+	key := ev.Verb + " " + auditResource(ev) + " " + as
+	st.counts[key]++
 	st.total++
 	r := ev.ObjectRef
 	if r == nil {
-		return
+		return key
 	}
 	switch {
 	case r.Resource == "configmaps" && r.APIGroup == "" && (ev.Verb == "list" || ev.Verb == "watch"):
@@ -620,6 +635,7 @@ func (st *auditStats) add(ev framework.AuditEvent) {
 	case r.Resource == "applications" && r.Subresource == "status" && (ev.Verb == "update" || ev.Verb == "patch"):
 		st.statusWrites++
 	}
+	return key
 }
 
 // auditResource names a request's resource: resource[.group][/subresource],
@@ -641,6 +657,19 @@ func auditResource(ev framework.AuditEvent) string {
 		s += "/" + r.Subresource
 	}
 	return s
+}
+
+// logSamples logs the first audit line of each count key (evidence).
+func (st *auditStats) logSamples(t *testing.T) {
+	t.Helper()
+	keys := make([]string, 0, len(st.samples))
+	for k := range st.samples {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		t.Logf("SCALE audit_sample window=%s key=%q line=%s", st.name, k, st.samples[k])
+	}
 }
 
 // log logs the window's counts, one line per verb, resource and identity.

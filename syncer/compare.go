@@ -79,8 +79,7 @@ func (e *Engine) Diff(ctx context.Context, req DiffRequest) (out *v1alpha1.Appli
 	})
 	for _, c := range seen.candidates {
 		out.Resources = append(out.Resources, v1alpha1.ResourceDiff{Group: c.scope.gvk.Group, Version: c.scope.gvk.Version, Kind: c.scope.gvk.Kind,
-			Namespace: c.namespace, Name: c.name, Action: v1alpha1.DiffActionPrune,
-			Message: "tracked by this Application (" + TrackingAnnotation + ") but no longer rendered: a sync with prune deletes it"})
+			Namespace: c.namespace, Name: c.name, Action: v1alpha1.DiffActionPrune})
 	}
 	return out, nil
 }

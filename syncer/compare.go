@@ -137,12 +137,25 @@ func resourceDiff(o *planObject, action, text, message string) v1alpha1.Resource
 // renderCache keeps what an Application rendered at given revisions, for
 // Compare: drift detection looks at every Application every reconcile
 // period and on every change of a tracked object, and rendering each time
-// would start a render worker each time. At most maxCachedRenders entries
-// (least recently used go first); it hands out deep copies (plan changes
-// the objects it is given).
-type renderCache struct{ lru *lru.Cache }
+// would start a render worker each time. It holds at most maxCachedRenders
+// renders and maxCachedObjects objects in all (least recently used go
+// first; a render larger than that is not kept) and hands out deep copies
+// (plan changes the objects it is given).
+type renderCache struct {
+	mu      sync.Mutex // guards objects (lru has its own lock)
+	lru     *lru.Cache
+	objects int
+}
 
-func (c renderCache) get(key string) ([]*unstructured.Unstructured, bool) {
+func newRenderCache() *renderCache {
+	c := &renderCache{}
+	c.lru = lru.NewWithEvictionFunc(maxCachedRenders, func(_ lru.Key, v any) {
+		c.objects -= len(v.([]*unstructured.Unstructured)) // called under mu: every Add and RemoveOldest is
+	})
+	return c
+}
+
+func (c *renderCache) get(key string) ([]*unstructured.Unstructured, bool) {
 	if key == "" {
 		return nil, false
 	}
@@ -153,10 +166,18 @@ func (c renderCache) get(key string) ([]*unstructured.Unstructured, bool) {
 	return deepCopies(v.([]*unstructured.Unstructured)), true
 }
 
-func (c renderCache) put(key string, objs []*unstructured.Unstructured) {
-	if key != "" {
-		c.lru.Add(key, deepCopies(objs))
+func (c *renderCache) put(key string, objs []*unstructured.Unstructured) {
+	if key == "" || len(objs) > maxCachedObjects {
+		return
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lru.Remove(key)
+	for c.objects+len(objs) > maxCachedObjects && c.lru.Len() > 0 {
+		c.lru.RemoveOldest()
+	}
+	c.lru.Add(key, deepCopies(objs))
+	c.objects += len(objs)
 }
 
 func deepCopies(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
@@ -284,9 +305,13 @@ func (op *operation) drift(o *planObject, live *liveObject) string {
 	return ""
 }
 
-// maxCachedRenders bounds Compare's render cache (entries: one per
-// Application and revisions).
-const maxCachedRenders = 4096
+// maxCachedRenders and maxCachedObjects bound Compare's render cache:
+// renders (one per Application and revisions) and the objects they hold
+// (about 2 KiB each as decoded YAML: some 200 MiB at most).
+const (
+	maxCachedRenders = 4096
+	maxCachedObjects = 100_000
+)
 
 // clientCacheTTL is how long Compare reuses an identity's clients (and
 // their discovery) before building them again.

@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/lru"
 
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer/diff"
@@ -134,60 +133,6 @@ func resourceDiff(o *planObject, action, text, message string) v1alpha1.Resource
 		Action: action, Diff: text, Message: message}
 }
 
-// renderCache keeps what an Application rendered at given revisions, for
-// Compare: drift detection looks at every Application every reconcile
-// period and on every change of a tracked object, and rendering each time
-// would start a render worker each time. It holds at most maxCachedRenders
-// renders and maxCachedObjects objects in all (least recently used go
-// first; a render larger than that is not kept) and hands out deep copies
-// (plan changes the objects it is given).
-type renderCache struct {
-	mu      sync.Mutex // guards objects (lru has its own lock)
-	lru     *lru.Cache
-	objects int
-}
-
-func newRenderCache() *renderCache {
-	c := &renderCache{}
-	c.lru = lru.NewWithEvictionFunc(maxCachedRenders, func(_ lru.Key, v any) {
-		c.objects -= len(v.([]*unstructured.Unstructured)) // called under mu: every Add and RemoveOldest is
-	})
-	return c
-}
-
-func (c *renderCache) get(key string) ([]*unstructured.Unstructured, bool) {
-	if key == "" {
-		return nil, false
-	}
-	v, ok := c.lru.Get(key)
-	if !ok {
-		return nil, false
-	}
-	return deepCopies(v.([]*unstructured.Unstructured)), true
-}
-
-func (c *renderCache) put(key string, objs []*unstructured.Unstructured) {
-	if key == "" || len(objs) > maxCachedObjects {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.lru.Remove(key)
-	for c.objects+len(objs) > maxCachedObjects && c.lru.Len() > 0 {
-		c.lru.RemoveOldest()
-	}
-	c.lru.Add(key, deepCopies(objs))
-	c.objects += len(objs)
-}
-
-func deepCopies(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
-	out := make([]*unstructured.Unstructured, len(objs))
-	for i, o := range objs {
-		out[i] = o.DeepCopy()
-	}
-	return out
-}
-
 // sortResourceStatuses orders status.resources as Argo CD lists them:
 // group, kind, namespace, name.
 func sortResourceStatuses(rs []v1alpha1.ResourceStatus) {
@@ -304,14 +249,6 @@ func (op *operation) drift(o *planObject, live *liveObject) string {
 	}
 	return ""
 }
-
-// maxCachedRenders and maxCachedObjects bound Compare's render cache:
-// renders (one per Application and revisions) and the objects they hold
-// (about 2 KiB each as decoded YAML: some 200 MiB at most).
-const (
-	maxCachedRenders = 4096
-	maxCachedObjects = 100_000
-)
 
 // clientCacheTTL is how long Compare reuses an identity's clients (and
 // their discovery) before building them again.

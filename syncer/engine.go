@@ -112,7 +112,7 @@ type Engine struct {
 	// scope, as each identity); renders and comparers cache its renders and
 	// clients.
 	live      *livestate.Cache
-	renders   *renderCache
+	renders   *source.RenderCache
 	comparers clientCache
 }
 
@@ -140,7 +140,7 @@ func NewEngine(opts EngineOptions) (*Engine, error) {
 		opts.Now = time.Now
 	}
 	opts.Source.Limits = sources.Limits()
-	e := &Engine{opts: opts, sources: sources, renders: newRenderCache()}
+	e := &Engine{opts: opts, sources: sources, renders: source.NewRenderCache()}
 	e.live, err = livestate.New(livestate.Options{NewClient: e.liveClient, TrackingAnnotation: TrackingAnnotation,
 		OnChange: e.liveChanged, Logger: opts.Logger})
 	if err != nil {

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"deputy.dev/deputy/apiclient"
 	"deputy.dev/deputy/policy/v1alpha1"
 )
 
@@ -102,7 +105,7 @@ func runDiff(cmd *cobra.Command, ref string, f *diffFlags) error {
 	}
 	d, err := client.Diff(cmd.Context(), ns, name, diffOperation(f.revisions))
 	if err != nil {
-		return explainAPIError(err, opts, diffCall)
+		return explainRevisions(explainAPIError(err, opts, diffCall))
 	}
 	out := cmd.OutOrStdout()
 	if f.output == "json" {
@@ -113,6 +116,23 @@ func runDiff(cmd *cobra.Command, ref string, f *diffFlags) error {
 		printDiff(out, d)
 	}
 	return diffExit(d)
+}
+
+// explainRevisions says how to give --revision when deputy refused the
+// revisions for the Application's sources (its message speaks of the API's
+// revision and revisions).
+func explainRevisions(err error) error {
+	var apiErr *apiclient.StatusError
+	if !errors.As(err, &apiErr) || apiErr.Status.Code != http.StatusUnprocessableEntity {
+		return err
+	}
+	switch msg := apiErr.Status.Message; {
+	case strings.HasPrefix(msg, "revisions is for an Application with spec.sources"):
+		return fmt.Errorf("%w\n(this Application has spec.source: give --revision once)", err)
+	case strings.Contains(msg, "(spec.sources): send"):
+		return fmt.Errorf("%w\n(give --revision once per source, in order; --revision \"\" keeps that source's targetRevision)", err)
+	}
+	return err
 }
 
 // diffExit is the command's outcome for d: exit 2 when some resource could

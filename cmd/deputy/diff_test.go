@@ -8,7 +8,9 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"deputy.dev/deputy/apiclient"
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer"
 )
@@ -147,7 +149,7 @@ func TestDiffSendsTheRevisions(t *testing.T) {
 	// Several --revision are revisions, one per source: guestbook has
 	// spec.source, so deputy refuses them, naming the fix.
 	code, _, errOut := runCLI(t, "diff", "guestbook/guestbook", "--revision", "", "--revision", "v2", "--server", s.url, "--cacert", s.caFile)
-	if code != 2 || !strings.Contains(errOut, "revisions is for an Application with spec.sources") {
+	if code != 2 || !strings.Contains(errOut, "revisions is for an Application with spec.sources") || !strings.Contains(errOut, "give --revision once)") {
 		t.Errorf("exit %d, stderr %s", code, errOut)
 	}
 	reqs := s.differ.requests()
@@ -168,5 +170,21 @@ func TestDiffJSONIsTheApplicationDiff(t *testing.T) {
 	}
 	if d.Kind != v1alpha1.KindApplicationDiff || d.APIVersion != v1alpha1.SchemeGroupVersion.String() || len(d.Resources) != 5 || d.Resources[4].Diff != oldDiff {
 		t.Errorf("diff %+v", d)
+	}
+}
+
+func TestExplainRevisionsForSpecSources(t *testing.T) {
+	for _, msg := range []string{
+		`revision names one revision, but the Application has 2 sources (spec.sources): send revisions, one per source in order ("" keeps a source's targetRevision), or no revision`,
+		"revisions has 1 revisions, but the Application has 2 sources (spec.sources): send one per source in order",
+	} {
+		err := explainRevisions(&apiclient.StatusError{Status: metav1.Status{Code: 422, Message: msg}})
+		if !strings.Contains(err.Error(), msg) || !strings.Contains(err.Error(), "give --revision once per source, in order") {
+			t.Errorf("%s", err)
+		}
+	}
+	other := &apiclient.StatusError{Status: metav1.Status{Code: 422, Message: `kustomize build failed`}}
+	if err := explainRevisions(other); err != other {
+		t.Errorf("another 422 changed: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package apps
 
 import (
 	"context"
+	"deputy.dev/deputy/apps/gitpush"
 	"errors"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -103,7 +104,7 @@ type PushTargets interface {
 	//
 	// Errors: as Start's; ErrOperationInProgress is not a failure (the
 	// pending operation syncs the pushed revision too).
-	Trigger(ctx context.Context, app *v1alpha1.Application, push Push) error
+	Trigger(ctx context.Context, app *v1alpha1.Application, push gitpush.Push) error
 }
 
 // ProjectResolver returns the deputy.dev AppProject an Application uses: a

@@ -47,8 +47,18 @@ type ControllerOptions struct {
 	Config *rest.Config
 	// Runner runs operations (the Engine).
 	Runner syncer.Runner
-	// Revisions resolves targetRevisions for automated syncs (the Engine).
+	// Deleter deletes the resources of an Application deleted with a
+	// resources finalizer (cascading deletion); nil means Runner when it
+	// implements ResourceDeleter (the Engine does). Without one, such an
+	// Application keeps its finalizer and a DeletionError condition.
+	Deleter ResourceDeleter
+	// Revisions resolves targetRevisions for comparisons and automated
+	// syncs (the Engine).
 	Revisions syncer.RevisionResolver
+	// Comparer compares Applications' live state with Git (drift
+	// detection: status.sync, status.resources, selfHeal); nil compares
+	// nothing (status.sync then says what the last sync left).
+	Comparer syncer.Comparer
 	// Differ computes diffs on every replica, leading or not (the Engine);
 	// nil: Diff answers ErrDiffUnavailable.
 	Differ syncer.Differ
@@ -93,8 +103,10 @@ type ControllerOptions struct {
 // does), and serves their status and progress. Only the replica holding the
 // Lease (client-go leader election) runs operations: it starts the
 // operation an Application records, writes the state to the status
-// subresource, then removes the operation field; it also syncs automated
-// Applications when Git moved and, with selfHeal, every ReconcilePeriod.
+// subresource, then removes the operation field; it also compares every
+// Application with Git (every ReconcilePeriod and when a tracked object
+// changes: controller_drift.go) and syncs automated Applications when Git
+// moved and, with selfHeal, when the live state drifted.
 //
 // A leader that loses the Lease mid-operation cancels it and writes nothing
 // more: the operation field and the Running state stay, and the next leader
@@ -125,9 +137,17 @@ type Controller struct {
 	pending  map[string]recordedOperation // requested through this replica, not yet seen by the informer
 	cleared  map[types.UID]int64          // this term: Application UID -> generation after its operation field was removed
 	running  map[string]recordedOperation // this term: the operation each Application runs, for the status writer
-	due      map[string]bool              // automated check due
-	subs     map[string]map[*appSub]struct{}
-	term     *term // the current leadership term, nil when not leading
+	due      map[string]bool              // a look (comparison, automated sync) due, at revisions resolved again
+	liveDue  map[string]bool              // a look due at the revisions resolved last (a tracked object changed)
+	revs     map[string][]string          // the revisions each Application was last compared at
+	selfHeal map[string]selfHealState     // selfHeal's last sync of each Application
+	// deleting: a deletion of the Application's resources runs (this
+	// term); deleteFailures: the backoff of failed ones.
+	deleting       map[string]bool
+	deleteFailures map[string]deletionRetry
+	deletions      sync.WaitGroup // the running deletions
+	subs           map[string]map[*appSub]struct{}
+	term           *term // the current leadership term, nil when not leading
 }
 
 var _ Applications = (*Controller)(nil)
@@ -212,7 +232,9 @@ func NewController(opts ControllerOptions) (*Controller, error) {
 	c := &Controller{
 		opts: opts, log: opts.Logger.With("controller", "applications"),
 		client: dyn.Resource(ApplicationsResource), kube: kube, identity: identity, diffs: newDiffGate(opts.Differ, opts.Workers),
+		deleting: map[string]bool{}, deleteFailures: map[string]deletionRetry{},
 		pending: map[string]recordedOperation{}, cleared: map[types.UID]int64{}, running: map[string]recordedOperation{}, due: map[string]bool{},
+		liveDue: map[string]bool{}, revs: map[string][]string{}, selfHeal: map[string]selfHealState{},
 		subs: map[string]map[*appSub]struct{}{}, servedChanged: make(chan struct{}, 1),
 	}
 	if len(opts.Namespaces) > 0 {

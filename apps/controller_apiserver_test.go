@@ -227,10 +227,12 @@ type ctlFixture struct {
 	lease  string
 	runner *ctlRunner
 	// run, if set, runs the replicas' operations instead of runner.
-	run  syncer.Runner
-	logs *lockedBuffer
-	dyn  dynamic.NamespaceableResourceInterface
-	kube kubernetes.Interface
+	run syncer.Runner
+	// deleter, if set, is the replicas' ResourceDeleter.
+	deleter apps.ResourceDeleter
+	logs    *lockedBuffer
+	dyn     dynamic.NamespaceableResourceInterface
+	kube    kubernetes.Interface
 }
 
 func newCtlFixture(t *testing.T, ns string) *ctlFixture {
@@ -265,7 +267,7 @@ func (f *ctlFixture) newController(id string, grace time.Duration, cfg *rest.Con
 		runner = f.run
 	}
 	c, err := apps.NewController(apps.ControllerOptions{
-		Config: cfg, Runner: runner, Revisions: ctlRevisions{},
+		Config: cfg, Runner: runner, Revisions: ctlRevisions{}, Deleter: f.deleter,
 		Projects: func(app *v1alpha1.Application) (*v1alpha1.AppProject, error) {
 			return &v1alpha1.AppProject{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: app.Spec.Project}}, nil
 		},

@@ -122,13 +122,17 @@ func (c *Controller) forget(obj any) {
 	}
 	delete(c.cleared, app.UID)
 	delete(c.due, key)
+	delete(c.liveDue, key)
+	delete(c.revs, key)
+	delete(c.selfHeal, key)
+	delete(c.deleteFailures, key)
 }
 
-// dueIfAutomated marks an automated Application due for a look when it is
-// new or its spec changed (as Argo CD compares again on a spec change).
+// dueIfAutomated marks an Application due for a look when it is new or its
+// spec changed (as Argo CD compares again on a spec change).
 func (c *Controller) dueIfAutomated(old, obj any) {
 	app, ok := obj.(*v1alpha1.Application)
-	if !ok || automated(app) == nil || !c.leading.Load() {
+	if !ok || !c.leading.Load() {
 		return // a new term looks at every Application anyway
 	}
 	if prev, ok := old.(*v1alpha1.Application); ok && reflect.DeepEqual(prev.Spec, app.Spec) {

@@ -16,6 +16,7 @@ import (
 
 	"deputy.dev/deputy/policy"
 	"deputy.dev/deputy/policy/v1alpha1"
+	"deputy.dev/deputy/syncer"
 )
 
 // lead is one leadership term: it runs until the Lease is lost or rootCtx
@@ -54,6 +55,7 @@ func (c *Controller) lead(rootCtx, leaderCtx context.Context) {
 			c.mu.Lock()
 			delete(c.running, key)
 			q := c.queue
+			c.liveDue[key] = true // compare what the operation left
 			c.mu.Unlock()
 			if q != nil {
 				q.Add(key)
@@ -103,6 +105,9 @@ func (c *Controller) lead(rootCtx, leaderCtx context.Context) {
 	queue.ShutDown()
 	stopWork()
 	wg.Wait()
+	// Deletions end with workCtx, writing nothing: the next term (or
+	// leader) deletes again.
+	c.deletions.Wait()
 
 	if leaderCtx.Err() == nil {
 		// Graceful stop while leading: let running operations finish, but
@@ -123,7 +128,9 @@ func (c *Controller) lead(rootCtx, leaderCtx context.Context) {
 	_ = ops.Shutdown(cancelled)
 }
 
-// dueAll marks every automated Application due for a look and queues it.
+// dueAll marks every Application due for a look (a comparison with Git at
+// freshly resolved revisions, and an automated sync's decision) and queues
+// it.
 func (c *Controller) dueAll(queue workqueue.TypedRateLimitingInterface[string]) {
 	for _, obj := range c.informer.GetStore().List() {
 		app, ok := obj.(*v1alpha1.Application)
@@ -131,11 +138,9 @@ func (c *Controller) dueAll(queue workqueue.TypedRateLimitingInterface[string]) 
 			continue
 		}
 		key := appKey(app.Namespace, app.Name)
-		if automated(app) != nil {
-			c.mu.Lock()
-			c.due[key] = true
-			c.mu.Unlock()
-		}
+		c.mu.Lock()
+		c.due[key] = true
+		c.mu.Unlock()
 		queue.Add(key)
 	}
 }
@@ -157,30 +162,42 @@ func (c *Controller) processNext(ctx context.Context, ops *Operations, queue wor
 	return true
 }
 
-// reconcile runs the operation key's Application records, or decides on an
-// automated sync when one is due.
+// reconcile runs the operation key's Application records, or, when a look
+// is due (due: every period and on a spec change; liveDue: an object it
+// tracks changed, or its operation ended), compares it with Git and decides
+// on an automated sync (look). An Application being deleted is only
+// looked at by its deletion.
 func (c *Controller) reconcile(ctx context.Context, ops *Operations, key string) error {
 	app := c.get(key)
 	if reason := c.obsolete(key, app); reason != "" {
 		ns, name, _ := strings.Cut(key, "/")
-		if ops.cancelRetry(ns, name, reason) {
+		switch {
+		case reason == reasonAppDeleted && ops.Cancel(ns, name, reason):
+			c.log.Info("the running operation was cancelled", "application", key, "reason", reason)
+		case reason != reasonAppDeleted && ops.cancelRetry(ns, name, reason):
 			c.log.Info("a waiting retry was cancelled", "application", key, "reason", reason)
 		}
 	}
 	if app == nil {
 		return nil
 	}
+	if app.DeletionTimestamp != nil {
+		// Nothing is started for an Application being deleted: its
+		// operation is cancelled, its resources deleted (finalize).
+		return c.finalize(ctx, ops, app)
+	}
 	if app.Operation != nil && app.Operation.Sync != nil {
 		return c.runRecorded(ctx, ops, app)
 	}
 	c.mu.Lock()
-	due := c.due[key]
+	due, liveDue := c.due[key], c.liveDue[key]
 	delete(c.due, key)
+	delete(c.liveDue, key)
 	c.mu.Unlock()
-	if due {
-		return c.autoSync(ctx, app)
+	if (!due && !liveDue) || app.DeletionTimestamp != nil || ops.Running(app.Namespace, app.Name) {
+		return nil // a running operation's end asks for a look
 	}
-	return nil
+	return c.look(ctx, app, due)
 }
 
 // runRecorded starts the operation app records, unless it runs, is done
@@ -286,49 +303,47 @@ func (c *Controller) endInterrupted(ctx context.Context, app *v1alpha1.Applicati
 	return c.clearOperation(ctx, app.Namespace, app.Name, rec)
 }
 
-// autoSync requests an automated sync when Git moved since the last
-// successful sync, or always with selfHeal; like Argo CD it does not retry
-// an automated sync of a revision whose last automated sync failed (without
-// selfHeal).
-func (c *Controller) autoSync(ctx context.Context, app *v1alpha1.Application) error {
+// autoSync requests an automated sync of app at shas (one per source) as
+// Argo CD decides one: never while the comparison says Synced; when Git
+// moved since the last sync; else (the last sync was of these revisions)
+// only with selfHeal, and not when the last sync of these revisions failed
+// without selfHeal, nor when all that differs is objects to prune and
+// automated prune is off (such a sync changes nothing). selfHeal syncs no
+// more often than selfHealWait allows. cmp is nil when nothing was
+// compared (no Comparer, or the comparison failed): then Git moving, or
+// selfHeal, decides.
+func (c *Controller) autoSync(ctx context.Context, app *v1alpha1.Application, project *v1alpha1.AppProject, shas []string, cmp *syncer.Comparison) error {
 	auto := automated(app)
-	if auto == nil {
-		return nil
-	}
 	key := appKey(app.Namespace, app.Name)
-	project, err := c.opts.Projects(app)
-	if err != nil {
-		c.log.Warn("automated sync: the Application's AppProject is not usable", "application", key, "error", err.Error())
-		return nil // looked at again next period
-	}
-	shas, err := c.opts.Revisions.ResolveRevisions(ctx, app, project)
-	if err != nil {
-		c.log.Warn("automated sync: cannot resolve the target revision", "application", key, "error", err.Error())
-		return nil // looked at again next period
-	}
-	// One revision per source: status.sync.revisions (spec.sources) or
-	// revision (spec.source), compared as a whole.
 	sha := strings.Join(shas, ",")
-	synced := strings.Join(app.Status.Sync.RevisionList(), ",")
-	lastRev := ""
 	last := app.Status.OperationState
-	if last != nil {
-		lastRev = strings.Join(last.SyncResult.RevisionList(), ",")
-	}
+	attempted := last != nil && last.Operation.Sync != nil && !last.Operation.Sync.DryRun && last.SyncResult != nil &&
+		strings.Join(last.SyncResult.RevisionList(), ",") == sha
 	switch {
-	case !auto.SelfHeal && app.Status.Sync.Status == v1alpha1.SyncStatusCodeSynced && synced == sha:
+	case cmp != nil && cmp.Status == v1alpha1.SyncStatusCodeSynced:
+		c.mu.Lock()
+		delete(c.selfHeal, key)
+		c.mu.Unlock()
 		return nil
-	case !auto.SelfHeal && app.Status.Sync.Status == v1alpha1.SyncStatusCodeOutOfSync && synced == sha &&
-		(!auto.Prune || (last != nil && last.Operation.InitiatedBy.Automated && last.Operation.Sync != nil && last.Operation.Sync.Prune &&
-			lastRev == sha)):
-		// Synced to this revision, but objects that prune would delete
-		// remain: an automated sync without prune changes nothing, and one
-		// with prune already left them (Argo CD does not retry either).
+	case !attempted:
+		// Git moved since the last sync, or there was none.
+	case !auto.SelfHeal && last.Phase != v1alpha1.OperationSucceeded:
+		c.log.Info("automated sync skipped: the last sync of this revision failed", "application", key, "revision", sha)
 		return nil
-	case !auto.SelfHeal && last != nil && last.Phase != v1alpha1.OperationSucceeded && last.Operation.InitiatedBy.Automated &&
-		lastRev == sha:
-		c.log.Info("automated sync skipped: the last automated sync of this revision failed", "application", key, "revision", sha)
+	case !auto.SelfHeal, cmp != nil && onlyPruning(cmp) && !auto.Prune:
 		return nil
+	default:
+		if wait := c.selfHealWait(key, time.Now()); wait > 0 {
+			c.mu.Lock()
+			q := c.queue
+			c.liveDue[key] = true
+			c.mu.Unlock()
+			if q != nil {
+				q.AddAfter(key, wait)
+			}
+			return nil
+		}
+		c.log.Info("selfHeal: the live state differs from Git; syncing", "application", key, "revision", sha)
 	}
 	op := v1alpha1.SyncOperation{Prune: auto.Prune}
 	if app.Spec.HasMultipleSources() {
@@ -336,7 +351,7 @@ func (c *Controller) autoSync(ctx context.Context, app *v1alpha1.Application) er
 	} else if len(shas) > 0 {
 		op.Revision = shas[0]
 	}
-	_, err = c.Start(ctx, app, project, op, v1alpha1.InitiatedBy{Automated: true})
+	_, err := c.Start(ctx, app, project, op, v1alpha1.InitiatedBy{Automated: true})
 	if errors.Is(err, ErrInvalidSync) {
 		c.log.Warn("automated sync skipped: the Application is invalid", "application", key, "error", err.Error())
 		return nil // looked at again next period, or when it changes

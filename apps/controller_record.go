@@ -2,6 +2,7 @@ package apps
 
 import (
 	"context"
+	"deputy.dev/deputy/apps/gitpush"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -114,11 +115,11 @@ func (c *Controller) ApplicationStatus(namespace, name string) v1alpha1.Applicat
 // Trigger implements PushTargets: it records an automated sync of app, if
 // it is automated, for the leader to run. It returns ErrOperationInProgress
 // when an operation is recorded already, and Start's errors.
-func (c *Controller) Trigger(ctx context.Context, app *v1alpha1.Application, push Push) error {
+func (c *Controller) Trigger(ctx context.Context, app *v1alpha1.Application, push gitpush.Push) error {
 	op, ok := automatedSync(app)
 	if !ok {
 		return nil
 	}
-	_, err := c.Start(ctx, app, nil, op, push.initiatedBy())
+	_, err := c.Start(ctx, app, nil, op, initiatedBy(push))
 	return err
 }

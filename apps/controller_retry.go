@@ -22,7 +22,7 @@ func (c *Controller) obsolete(key string, app *v1alpha1.Application) string {
 	case !ok:
 		return ""
 	case app == nil || app.UID != rec.uid:
-		return "the Application was deleted"
+		return reasonAppDeleted
 	case app.Operation == nil:
 		return "the operation was removed from the Application"
 	case app.Generation != rec.generation && !equality.Semantic.DeepEqual(*app.Operation, rec.operation):
@@ -41,7 +41,10 @@ func (c *Controller) retryTarget(namespace, name string) (*v1alpha1.Application,
 		return nil, nil, errors.New(reason)
 	}
 	if app == nil {
-		return nil, nil, errors.New("the Application was deleted")
+		return nil, nil, errors.New(reasonAppDeleted)
+	}
+	if app.DeletionTimestamp != nil {
+		return nil, nil, errors.New(reasonAppDeleting)
 	}
 	project, err := c.opts.Projects(app)
 	if err != nil {

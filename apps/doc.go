@@ -16,14 +16,16 @@
 //     requested operations recorded on the Application, run by the replica
 //     holding the Lease (client-go leader election), states written to the
 //     status subresource; automated syncs when Git moved and, with selfHeal,
-//     every reconcile period;
+//     every reconcile period; cascading deletion of a deleted Application's
+//     resources when it carries a resources finalizer (controller_delete.go),
+//     and the cancellation of a deleted Application's running operation;
 //   - retries of failed attempts (spec.syncPolicy.retry, retry.go), status.health
 //     and status.resources after each attempt (status.go, MaxStatusResources),
 //     and the Applications' metrics (Metrics), in both modes;
 //   - the rules both modes share, once: whether an Application is automated,
 //     which AppProject governs it (policy.ResolveAppProject, "project not
 //     usable": ProjectResolver), and which Applications a Git push moves
-//     (SyncPush, RepositoryKey, RevisionMatches). Both modes report the
+//     (SyncPush, over sub-package gitpush's matching). Both modes report the
 //     sync status an operation leaves with v1alpha1.SyncStatusAfter (Synced
 //     at a revision, or OutOfSync when objects prune would delete remain),
 //     which deputy's API client reads too.
@@ -32,7 +34,7 @@
 // syncer.Runner (the sync engine), a diff by a syncer.Differ (the same
 // engine), which alone touch an Application's destination, as its project's ServiceAccount. It must not do HTTP (the
 // webhook package serves deputy's API and parses the Git providers'
-// payloads into a Push), read deputy's configuration (its constructors take
+// payloads into a gitpush.Push), read deputy's configuration (its constructors take
 // plain options; the composition root maps the configuration onto them), nor
 // decide who may impersonate (the authorizer's gate).
 package apps

@@ -2,6 +2,7 @@ package apps
 
 import (
 	"context"
+	"deputy.dev/deputy/apps/gitpush"
 	"log/slog"
 
 	"deputy.dev/deputy/policy"
@@ -118,7 +119,7 @@ func (f *File) Diff(ctx context.Context, app *v1alpha1.Application, project *v1a
 // governed by its AppProject as AppProject resolves it now.
 //
 // Errors: AppProject's, and Start's.
-func (f *File) Trigger(ctx context.Context, app *v1alpha1.Application, push Push) error {
+func (f *File) Trigger(ctx context.Context, app *v1alpha1.Application, push gitpush.Push) error {
 	op, ok := automatedSync(app)
 	if !ok {
 		return nil
@@ -127,7 +128,7 @@ func (f *File) Trigger(ctx context.Context, app *v1alpha1.Application, push Push
 	if err != nil {
 		return err
 	}
-	_, err = f.ops.Start(ctx, app, project, op, push.initiatedBy())
+	_, err = f.ops.Start(ctx, app, project, op, initiatedBy(push))
 	return err
 }
 

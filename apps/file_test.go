@@ -2,6 +2,7 @@ package apps_test
 
 import (
 	"context"
+	"deputy.dev/deputy/apps/gitpush"
 	"errors"
 	"slices"
 	"sort"
@@ -157,7 +158,7 @@ func TestFileModeFindsApplicationsAndTheirProjects(t *testing.T) {
 
 func TestFileModeTriggerSyncsOnlyAutomatedApplicationsOfAUsableProject(t *testing.T) {
 	f, runner := newFile(t, loadFilePolicy(t))
-	push := apps.Push{Provider: "github"}
+	push := gitpush.Push{Provider: "github"}
 	auto, _ := f.Application("guestbook", "auto")
 	manual, _ := f.Application("guestbook", "manual")
 	orphan, _ := f.Application("guestbook", "orphan")

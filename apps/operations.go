@@ -103,6 +103,9 @@ type appOperations struct {
 	watchers map[*watcher]struct{}
 	// retry is set while a failed attempt waits for its retry.
 	retry *pendingRetry
+	// abort cancels the running operation's context (Cancel); nil when
+	// none runs.
+	abort context.CancelCauseFunc
 	// outcome holds status.health and status.resources as the attempts
 	// left them (recordOutcome).
 	outcome v1alpha1.ApplicationStatus
@@ -185,9 +188,11 @@ func (o *Operations) start(ctx context.Context, app *v1alpha1.Application, proje
 	}
 	req := syncer.Request{Application: app.DeepCopy(), Project: project.DeepCopy(), Sync: op, InitiatedBy: initiatedBy}
 
+	runCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	o.mu.Lock()
 	if o.closed {
 		o.mu.Unlock()
+		cancel(nil)
 		return nil, ErrShuttingDown
 	}
 	a := o.apps[key]
@@ -198,22 +203,22 @@ func (o *Operations) start(ctx context.Context, app *v1alpha1.Application, proje
 	if a.running {
 		if cont != nil || a.retry == nil {
 			o.mu.Unlock()
+			cancel(nil)
 			return nil, ErrOperationInProgress
 		}
 		a.replaceRetry()
 	}
-	a.running, a.state, a.gen = true, state, a.gen+1
+	a.running, a.state, a.gen, a.abort = true, state, a.gen+1, cancel
 	a.watchers = map[*watcher]struct{}{}
 	gen := a.gen
 	out := state.DeepCopy()
 	o.wg.Add(1)
 	o.mu.Unlock()
 
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stop := context.AfterFunc(o.base, cancel)
+	stop := context.AfterFunc(o.base, func() { cancel(nil) })
 	go func() {
 		defer o.wg.Done()
-		defer cancel()
+		defer cancel(nil)
 		defer stop()
 		o.run(runCtx, key, gen, req, state.DeepCopy(), cont != nil && cont.waiting != nil)
 	}()
@@ -263,7 +268,43 @@ func (o *Operations) run(ctx context.Context, key string, gen uint64, req syncer
 		o.writeStatus(key, started)
 		waiting = nil
 	}
+	var cancelled operationCancelled
+	if errors.As(context.Cause(ctx), &cancelled) && final.Phase != v1alpha1.OperationSucceeded {
+		final = final.DeepCopy()
+		if final.Phase == v1alpha1.OperationRunning {
+			final.Phase = v1alpha1.OperationError
+		}
+		final.Message = fmt.Sprintf("operation cancelled: %s; %s", cancelled.reason, final.Message)
+		persist = true
+	}
 	o.finish(key, gen, req, final, persist)
+}
+
+// operationCancelled is the cause of a running operation's context that
+// Cancel ended.
+type operationCancelled struct{ reason string }
+
+func (e operationCancelled) Error() string { return "operation cancelled: " + e.reason }
+
+// Cancel cancels the Application's running operation, if any, for reason
+// (cluster mode: the Application was deleted, or is being deleted): a
+// waiting retry is cancelled, a running attempt's context ends (the engine
+// stops at its next step; what it applied stays) and the operation ends in
+// Error, its message starting "operation cancelled: <reason>". It reports
+// whether an operation ran. Cancel returns at once: Running stays true
+// until the operation has ended.
+func (o *Operations) Cancel(namespace, name, reason string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	a := o.apps[appKey(namespace, name)]
+	if a == nil || !a.running || a.abort == nil {
+		return false
+	}
+	if a.retry != nil {
+		a.retry.cancel(reason)
+	}
+	a.abort(operationCancelled{reason: reason})
+	return true
 }
 
 // attempt waits for a worker, runs one attempt and returns its normalised
@@ -420,7 +461,7 @@ func (o *Operations) finish(key string, gen uint64, req syncer.Request, final *v
 	o.mu.Lock()
 	if a := o.apps[key]; a != nil && a.gen == gen {
 		a.state = final
-		a.running = false
+		a.running, a.abort = false, nil
 		recordOutcome(&a.outcome, final, metav1.Now())
 		a.broadcast(v1alpha1.OperationEvent{Type: v1alpha1.OperationEventState, State: final.DeepCopy()}, true)
 		a.watchers = nil

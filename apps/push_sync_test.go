@@ -2,6 +2,7 @@ package apps_test
 
 import (
 	"context"
+	"deputy.dev/deputy/apps/gitpush"
 	"errors"
 	"testing"
 
@@ -24,7 +25,7 @@ type fakeTargets struct {
 
 func (f *fakeTargets) List() ([]*v1alpha1.Application, error) { return f.apps, f.listErr }
 
-func (f *fakeTargets) Trigger(_ context.Context, app *v1alpha1.Application, _ apps.Push) error {
+func (f *fakeTargets) Trigger(_ context.Context, app *v1alpha1.Application, _ gitpush.Push) error {
 	key := app.Namespace + "/" + app.Name
 	f.got = append(f.got, key)
 	return f.triggers[key]
@@ -61,8 +62,8 @@ func TestSyncPushTriggersTheAutomatedApplicationsThePushMoves(t *testing.T) {
 			"a/broken": errors.New("the apiserver is unreachable"),
 		},
 	}
-	push := apps.Push{Provider: "github", RepoURLs: []string{"https://github.com/org/repo"},
-		Ref: "refs/heads/main", Revision: "main", RefType: apps.RefBranch, DefaultBranch: "main", TouchedHead: true}
+	push := gitpush.Push{Provider: "github", RepoURLs: []string{"https://github.com/org/repo"},
+		Ref: "refs/heads/main", Revision: "main", RefType: gitpush.RefBranch, DefaultBranch: "main", TouchedHead: true}
 	got, err := apps.SyncPush(t.Context(), targets, push)
 	if err != nil {
 		t.Fatal(err)
@@ -84,14 +85,14 @@ func TestSyncPushTriggersTheAutomatedApplicationsThePushMoves(t *testing.T) {
 
 func TestSyncPushReturnsTheListError(t *testing.T) {
 	targets := &fakeTargets{listErr: policy.ErrNotLoaded}
-	if _, err := apps.SyncPush(t.Context(), targets, apps.Push{}); !errors.Is(err, policy.ErrNotLoaded) {
+	if _, err := apps.SyncPush(t.Context(), targets, gitpush.Push{}); !errors.Is(err, policy.ErrNotLoaded) {
 		t.Errorf("err = %v, want policy.ErrNotLoaded", err)
 	}
 }
 
 func TestPushMatchesAndInitiator(t *testing.T) {
-	push := apps.Push{Provider: "gitlab", RepoURLs: []string{"git@gitlab.example.com:group/repo.git"},
-		Ref: "refs/tags/v1", Revision: "v1", RefType: apps.RefTag}
+	push := gitpush.Push{Provider: "gitlab", RepoURLs: []string{"git@gitlab.example.com:group/repo.git"},
+		Ref: "refs/tags/v1", Revision: "v1", RefType: gitpush.RefTag}
 	if !push.Matches(pushApp("a", "x", "https://gitlab.example.com/group/repo", "v1", false)) {
 		t.Error("a push does not match an Application of its repository at the pushed tag")
 	}
@@ -120,8 +121,8 @@ func TestSyncPushMatchesAnySourceOfSpecSources(t *testing.T) {
 			v1alpha1.ApplicationSource{RepoURL: "https://github.com/org/values", TargetRevision: "dev", Ref: "values"}),
 		multi("unrelated", v1alpha1.ApplicationSource{RepoURL: "https://github.com/org/charts", TargetRevision: "main", Path: "web"}),
 	}}
-	push := apps.Push{Provider: "github", RepoURLs: []string{"https://github.com/org/values"},
-		Ref: "refs/heads/main", Revision: "main", RefType: apps.RefBranch, DefaultBranch: "main", TouchedHead: true}
+	push := gitpush.Push{Provider: "github", RepoURLs: []string{"https://github.com/org/values"},
+		Ref: "refs/heads/main", Revision: "main", RefType: gitpush.RefBranch, DefaultBranch: "main", TouchedHead: true}
 	got, err := apps.SyncPush(t.Context(), targets, push)
 	if err != nil {
 		t.Fatal(err)

@@ -35,6 +35,7 @@ func controllerOptions(cfg *config.DeputyConfiguration, restCfg *rest.Config, en
 		Config:          rest.CopyConfig(restCfg),
 		Runner:          engine,
 		Revisions:       engine,
+		Comparer:        engine,
 		Differ:          engine,
 		Projects:        apps.ClusterProjects(state, cfg.Sync.ProjectNamespaces),
 		Workers:         cfg.Sync.Parallelism,
@@ -89,6 +90,7 @@ func startApplications(ctx context.Context, cfg *config.DeputyConfiguration, mod
 		}
 		mode.controller.Store(controller)
 		done := make(chan struct{})
+		go engine.RunLiveState(ctx)
 		go func() {
 			defer close(done)
 			if err := controller.Run(ctx); err != nil {

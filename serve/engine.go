@@ -14,16 +14,21 @@ import (
 	"deputy.dev/deputy/config"
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer"
+	"deputy.dev/deputy/syncer/cluster"
 	"deputy.dev/deputy/syncer/source"
 )
 
 // syncEngine is the sync engine as deputy's Applications use it: it runs
-// operations, resolves revisions for automated syncs and computes diffs
-// (syncer.Engine, or unavailableRunner when it cannot be built).
+// operations, resolves revisions for automated syncs, computes diffs,
+// compares live state with Git and runs the live-state cache of those
+// comparisons (syncer.Engine, or unavailableRunner when it cannot be
+// built).
 type syncEngine interface {
 	syncer.Runner
 	syncer.RevisionResolver
 	syncer.Differ
+	syncer.Comparer
+	RunLiveState(ctx context.Context)
 }
 
 // newSyncRunner builds the sync engine from the configuration's sync
@@ -53,46 +58,20 @@ func newSyncRunner(s config.Sync, mode *runMode, log *slog.Logger) syncEngine {
 			return unavailableRunner{reason: "cannot read the repository credential Secrets: " + err.Error()}
 		}
 	}
-	engine, err := syncer.NewEngine(engineOptions(s, secrets, log))
+	opts := engineOptions(s, secrets, log)
+	// Changes of tracked objects reach cluster mode's controller (built
+	// after the engine) for a new comparison.
+	opts.OnLiveChange = func(namespace, name string) {
+		if c := mode.controller.Load(); c != nil {
+			c.LiveChanged(namespace, name)
+		}
+	}
+	engine, err := syncer.NewEngine(opts)
 	if err != nil {
 		log.Error("sync engine not available", "error", err.Error())
 		return unavailableRunner{reason: err.Error()}
 	}
-	return withDiff(engine)
-}
-
-// withDiff is the engine as a syncEngine. Engine.Diff is written apart
-// from this wiring: until the engine has it, diffs fail with
-// apps.ErrDiffUnavailable.
-func withDiff(engine interface {
-	syncer.Runner
-	syncer.RevisionResolver
-}) syncEngine {
-	if e, ok := engine.(syncEngine); ok {
-		return e
-	}
-	return engineWithoutDiff{engine}
-}
-
-// engineWithoutDiff is an engine that cannot compute diffs (see withDiff).
-type engineWithoutDiff struct {
-	inner interface {
-		syncer.Runner
-		syncer.RevisionResolver
-	}
-}
-
-func (e engineWithoutDiff) Run(ctx context.Context, req syncer.Request, progress syncer.Progress) *v1alpha1.OperationState {
-	return e.inner.Run(ctx, req, progress)
-}
-
-func (e engineWithoutDiff) ResolveRevisions(ctx context.Context, app *v1alpha1.Application, project *v1alpha1.AppProject) ([]string, error) {
-	return e.inner.ResolveRevisions(ctx, app, project)
-}
-
-// Diff implements syncer.Differ: apps.ErrDiffUnavailable.
-func (engineWithoutDiff) Diff(context.Context, syncer.DiffRequest) (*v1alpha1.ApplicationDiff, error) {
-	return nil, fmt.Errorf("%w: this build's sync engine cannot compute diffs", apps.ErrDiffUnavailable)
+	return engine
 }
 
 // engineOptions maps the configuration's sync section onto the engine's
@@ -152,17 +131,17 @@ func engineLimits(l config.SyncLimits) source.Limits {
 // entry's kubeconfig (or in-cluster configuration) is loaded once, here; a
 // cluster whose configuration does not load is logged, and the syncs to it
 // fail with that error instead of stopping deputy.
-func syncClusters(clusters []config.SyncCluster, log *slog.Logger) *syncer.ClusterRegistry {
-	entries := make([]syncer.ClusterEntry, 0, len(clusters))
+func syncClusters(clusters []config.SyncCluster, log *slog.Logger) *cluster.Registry {
+	entries := make([]cluster.Entry, 0, len(clusters))
 	for _, c := range clusters {
 		restCfg, err := config.Cluster{Kubeconfig: c.Kubeconfig, Context: c.Context, InCluster: c.InCluster}.RESTConfig()
 		if err != nil {
 			err = fmt.Errorf("sync.clusters %q: %w", c.Name, err)
 			log.Error("cluster of the sync registry unusable; syncs to it will fail", "cluster", c.Name, "server", c.Server, "error", err.Error())
 		}
-		entries = append(entries, syncer.ClusterEntry{Name: c.Name, Server: c.Server, Config: restCfg, Err: err})
+		entries = append(entries, cluster.Entry{Name: c.Name, Server: c.Server, Config: restCfg, Err: err})
 	}
-	return syncer.NewClusterRegistry(entries...)
+	return cluster.NewRegistry(entries...)
 }
 
 // unavailableRunner ends every operation at once with an Error phase naming
@@ -185,6 +164,15 @@ func (u unavailableRunner) Run(_ context.Context, req syncer.Request, _ syncer.P
 func (u unavailableRunner) ResolveRevisions(context.Context, *v1alpha1.Application, *v1alpha1.AppProject) ([]string, error) {
 	return nil, errors.New("sync engine not available: " + u.reason)
 }
+
+// Compare implements syncer.Comparer: it fails with the reason the engine
+// is not available.
+func (u unavailableRunner) Compare(context.Context, *v1alpha1.Application, *v1alpha1.AppProject, []string) (*syncer.Comparison, error) {
+	return nil, errors.New("sync engine not available: " + u.reason)
+}
+
+// RunLiveState has no cache to run.
+func (unavailableRunner) RunLiveState(context.Context) {}
 
 // Diff implements syncer.Differ: it fails with apps.ErrDiffUnavailable and
 // the reason the engine is not available.

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/restmapper"
 
 	"deputy.dev/deputy/policy"
+	"deputy.dev/deputy/syncer/cluster"
 )
 
 // clients are one operation's API clients. Every one but controller acts as
@@ -29,8 +30,9 @@ import (
 // extra groups).
 type clients struct {
 	// who is the identity's username (the ServiceAccount's, or the
-	// controller identity's own).
-	who string
+	// controller identity's own); impersonated is the ServiceAccount's, ""
+	// without impersonation.
+	who, impersonated string
 	// raw is an unversioned JSON REST client (server-side apply, get,
 	// create): it returns status codes and skips decoding responses.
 	raw *rest.RESTClient
@@ -44,7 +46,7 @@ type clients struct {
 	mapper meta.RESTMapperWithContext
 	// capabilities are the destination's version and API versions as the
 	// identity discovers them (a Helm chart's .Capabilities).
-	capabilities capabilities
+	capabilities cluster.Capabilities
 	// controller is the controller identity without impersonation: used
 	// only to check that the ServiceAccount exists (see checkServiceAccount).
 	controller kubernetes.Interface
@@ -60,6 +62,10 @@ func (op *operation) impersonate(ctx context.Context, compiled *policy.CompiledP
 		return id, nil, err
 	}
 	op.setIdentity(id.status)
+	if op.comparing {
+		cl, err := op.comparingClients(ctx, id)
+		return id, cl, err
+	}
 	cl, err := op.clientsFor(ctx, op.server, id)
 	return id, cl, err
 }
@@ -97,7 +103,7 @@ func (op *operation) clientsFor(ctx context.Context, server string, id identity)
 	if id.username != "" {
 		cfg = rest.CopyConfig(cfg)
 		cfg.Impersonate = rest.ImpersonationConfig{UserName: id.username}
-		cl.who = id.username
+		cl.who, cl.impersonated = id.username, id.username
 		op.log.Info("controller identity is impersonating the derived ServiceAccount",
 			"impersonator", controllerName, "impersonated", id.username, "decidedBy", id.reason, "server", server,
 			"message", controllerName+" is impersonating "+id.username)
@@ -137,7 +143,7 @@ func (op *operation) clientsFor(ctx context.Context, server string, id identity)
 		op.log.Info("API discovery was partial", "error", err.Error())
 	}
 	cl.mapper = restmapper.NewDiscoveryRESTMapperWithContext(groups)
-	if cl.capabilities, err = readCapabilities(ctx, dc, groups); err != nil {
+	if cl.capabilities, err = cluster.ReadCapabilities(ctx, dc, groups); err != nil {
 		return nil, err
 	}
 	return cl, nil

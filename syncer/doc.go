@@ -14,11 +14,18 @@
 // objects carrying the Application's tracking annotation (last, in reverse
 // wave order), never applies, deletes or prunes an object another
 // Application's tracking annotation claims, and reports the operation's state
-// as it goes: one operation (Runner, Engine). The preflight's permissions and
-// its report live in sub-package permissions. It holds
-// the cluster registry destinations resolve in (Clusters, ClusterRegistry:
-// names to server URLs, server URLs to deputy's own client configuration,
-// loaded by the composition root from its configuration). Queueing
+// as it goes: one operation (Runner, Engine). The same steps before any
+// write serve two readers: Diff (a server-side dry-run apply of every
+// object as the ServiceAccount, compared with the live object by
+// sub-package diff) and Compare (drift detection: the live state's metadata
+// from the shared informers of sub-package livestate, read as the
+// ServiceAccount, checked against what deputy applied). The preflight's
+// permissions, the questions asked of kube-apiserver about them and its
+// report live in sub-package permissions; what to ask is decided here. It
+// holds the cluster registry destinations resolve in (Clusters; sub-package
+// cluster: Registry, names to server URLs, server URLs to deputy's own
+// client configuration, loaded by the composition root from its
+// configuration; and a destination's Capabilities). Queueing
 // operations, the Application controller and their status belong to package
 // apps, which calls it (never the other way).
 //

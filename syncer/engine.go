@@ -13,9 +13,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/lru"
 
 	"deputy.dev/deputy/policy"
 	"deputy.dev/deputy/policy/v1alpha1"
+	"deputy.dev/deputy/syncer/cluster"
+	"deputy.dev/deputy/syncer/livestate"
 	"deputy.dev/deputy/syncer/source"
 )
 
@@ -30,8 +33,8 @@ const DefaultHealthTimeout = 5 * time.Minute
 // InClusterServer and InClusterName are how Argo CD (and deputy) name the
 // cluster deputy runs in.
 const (
-	InClusterServer = "https://kubernetes.default.svc"
-	InClusterName   = "in-cluster"
+	InClusterServer = cluster.InClusterServer
+	InClusterName   = cluster.InClusterName
 )
 
 // Clusters resolves Application destinations. Both methods return the
@@ -86,6 +89,11 @@ type EngineOptions struct {
 	Logger logr.Logger
 	// Now is the clock of StartedAt and FinishedAt (tests); default time.Now.
 	Now func() time.Time
+	// OnLiveChange is called with an Application's namespace and name when
+	// an object it tracks changes in a watched destination scope (Compare's
+	// live-state cache: added, deleted, or written by someone other than a
+	// controller writing its status). It must not block. Optional.
+	OnLiveChange func(namespace, name string)
 }
 
 // Engine runs sync operations: render from Git, check against the
@@ -101,6 +109,12 @@ type Engine struct {
 	// controllerNames caches, per cluster server, the username of the
 	// controller identity (for the "X is impersonating Y" log line).
 	controllerNames sync.Map
+	// live is Compare's view of the destinations (metadata informers per
+	// scope, as each identity); renders and comparers cache its renders and
+	// clients.
+	live      *livestate.Cache
+	renders   renderCache
+	comparers clientCache
 }
 
 var _ Runner = (*Engine)(nil)
@@ -127,8 +141,20 @@ func NewEngine(opts EngineOptions) (*Engine, error) {
 		opts.Now = time.Now
 	}
 	opts.Source.Limits = sources.Limits()
-	return &Engine{opts: opts, sources: sources}, nil
+	e := &Engine{opts: opts, sources: sources, renders: renderCache{lru: lru.New(maxCachedRenders)}}
+	e.live, err = livestate.New(livestate.Options{NewClient: e.liveClient, TrackingAnnotation: TrackingAnnotation,
+		OnChange: e.liveChanged, Logger: opts.Logger})
+	if err != nil {
+		return nil, err
+	}
+	return e, nil
 }
+
+// RunLiveState runs Compare's live-state cache until ctx ends (it stops
+// scopes no comparison asked for within livestate's idle timeout), then
+// stops every watch. Compare works without it, but scopes are never
+// stopped.
+func (e *Engine) RunLiveState(ctx context.Context) { e.live.Run(ctx) }
 
 // ResolveRevisions implements RevisionResolver: the commit SHAs the
 // targetRevisions of app's sources point at now, one per source
@@ -198,17 +224,32 @@ func (e *Engine) timedOut(parent, opCtx context.Context, op *operation) {
 	op.state.Phase, op.state.Message = v1alpha1.OperationError, msg
 }
 
+// DeleteOptions configure DeleteResources.
+type DeleteOptions struct {
+	// PropagationPolicy is every delete's propagationPolicy: Background
+	// (the default when empty) or Foreground (an object stays, with the
+	// foregroundDeletion finalizer, until kube-controller-manager's garbage
+	// collector removed its dependents; for ever where none runs).
+	PropagationPolicy metav1.DeletionPropagation
+}
+
 // DeleteResources deletes every object tracked as belonging to app (its
 // TrackingAnnotation value), looking at the kinds and namespaces its last
 // operation recorded and those its source renders now (when it still
 // renders), in the destination namespace too, as the ServiceAccount the
 // project derives: the derivation, the enforcement and the preflight are the
-// same as for a sync. The returned state's phase is Succeeded when every
-// tracked object is gone (results say Pruned), Failed when some deletion
-// failed, Error when the operation could not run; its Operation is empty.
-func (e *Engine) DeleteResources(ctx context.Context, app *v1alpha1.Application, project *v1alpha1.AppProject) (final *v1alpha1.OperationState) {
+// same as for a sync. Each delete uses opts.PropagationPolicy; then it waits
+// (within the health timeout, as between prune's waves) until the deleted
+// objects are gone, and lists again: an object still there (a finalizer
+// holds it) is a failed result. The returned state's phase is Succeeded
+// when every tracked object is gone (results say Pruned), Failed when some
+// deletion failed or an object remains, Error when the operation could not
+// run (its message names why: the enforcement, the missing ServiceAccount,
+// the preflight's missing permissions); its Operation is empty.
+func (e *Engine) DeleteResources(ctx context.Context, app *v1alpha1.Application, project *v1alpha1.AppProject, opts DeleteOptions) (final *v1alpha1.OperationState) {
 	op := e.newOperation(Request{Application: app, Project: project}, nil)
 	op.state.Operation = v1alpha1.Operation{}
+	op.options.propagation = cmp.Or(opts.PropagationPolicy, metav1.DeletePropagationBackground)
 	opCtx, cancel := context.WithTimeout(ctx, e.opts.Source.Limits.OperationTimeout)
 	defer cancel()
 	defer func() {

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"deputy.dev/deputy/policy/v1alpha1"
+	"deputy.dev/deputy/syncer/cluster"
 	"deputy.dev/deputy/syncer/source"
 )
 
@@ -70,7 +71,7 @@ func newEngineFixture(t *testing.T, imp ImpersonationSettings) *engineFixture {
 	srv := httptest.NewServer(f.fake)
 	t.Cleanup(srv.Close)
 	e, err := NewEngine(EngineOptions{
-		Clusters:      NewClusterRegistry(InCluster(&rest.Config{Host: srv.URL})),
+		Clusters:      cluster.NewRegistry(cluster.InCluster(&rest.Config{Host: srv.URL})),
 		Impersonation: imp,
 		Source: source.Options{
 			CacheDir: t.TempDir(),
@@ -260,14 +261,14 @@ func TestRunNeverPanicsAndAlwaysEnds(t *testing.T) {
 	if st := f.engine.Run(t.Context(), Request{}, nil); st == nil || st.Phase != v1alpha1.OperationError {
 		t.Errorf("an empty request: %+v", st)
 	}
-	if st := f.engine.DeleteResources(t.Context(), nil, nil); st == nil || st.Phase != v1alpha1.OperationError {
+	if st := f.engine.DeleteResources(t.Context(), nil, nil, DeleteOptions{}); st == nil || st.Phase != v1alpha1.OperationError {
 		t.Errorf("deleting nothing: %+v", st)
 	}
 }
 
 func TestDeleteResourcesEnforcesImpersonation(t *testing.T) {
 	f := newEngineFixture(t, ImpersonationSettings{Enabled: true, Enforced: true})
-	st := f.engine.DeleteResources(t.Context(), f.app(func(a *v1alpha1.Application) { a.Spec.Destination.Namespace = "guestbook-dev" }), f.project)
+	st := f.engine.DeleteResources(t.Context(), f.app(func(a *v1alpha1.Application) { a.Spec.Destination.Namespace = "guestbook-dev" }), f.project, DeleteOptions{})
 	if st.Phase != v1alpha1.OperationError || st.Message != "no matching service account found for destination server https://kubernetes.default.svc and namespace guestbook-dev" {
 		t.Errorf("phase %s: %s", st.Phase, st.Message)
 	}
@@ -283,9 +284,9 @@ func TestNewEngineChecksItsOptions(t *testing.T) {
 		want string
 	}{
 		{"no clusters", EngineOptions{Source: source.Options{CacheDir: t.TempDir()}}, "Clusters is required"},
-		{"no cache", EngineOptions{Clusters: NewClusterRegistry()}, "CacheDir is required"},
-		{"a credential without files", EngineOptions{Clusters: NewClusterRegistry(), Source: source.Options{CacheDir: t.TempDir(), RepoCredentials: []source.RepoCredential{{URL: "https://x"}}}}, "needs usernameFile and passwordFile"},
-		{"a Secret without a reader", EngineOptions{Clusters: NewClusterRegistry(), Source: source.Options{CacheDir: t.TempDir(), RepoCredentials: []source.RepoCredential{{URL: "https://x", Secret: &source.SecretRef{Name: "s"}}}}}, "Options.Secrets is nil"},
+		{"no cache", EngineOptions{Clusters: cluster.NewRegistry()}, "CacheDir is required"},
+		{"a credential without files", EngineOptions{Clusters: cluster.NewRegistry(), Source: source.Options{CacheDir: t.TempDir(), RepoCredentials: []source.RepoCredential{{URL: "https://x"}}}}, "needs usernameFile and passwordFile"},
+		{"a Secret without a reader", EngineOptions{Clusters: cluster.NewRegistry(), Source: source.Options{CacheDir: t.TempDir(), RepoCredentials: []source.RepoCredential{{URL: "https://x", Secret: &source.SecretRef{Name: "s"}}}}}, "Options.Secrets is nil"},
 	} {
 		if _, err := NewEngine(tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)

@@ -9,6 +9,7 @@ import (
 
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer"
+	"deputy.dev/deputy/syncer/cluster"
 	"deputy.dev/deputy/syncer/source"
 )
 
@@ -20,7 +21,7 @@ func ExampleEngine_Run() {
 		log.Fatal(err)
 	}
 	engine, err := syncer.NewEngine(syncer.EngineOptions{
-		Clusters:      syncer.NewClusterRegistry(syncer.InCluster(cfg)),
+		Clusters:      cluster.NewRegistry(cluster.InCluster(cfg)),
 		Impersonation: syncer.ImpersonationSettings{Enabled: true, Enforced: true},
 		Source:        source.Options{CacheDir: "/var/cache/deputy"},
 	})

@@ -8,6 +8,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -89,6 +90,10 @@ type liveObject struct {
 	// (kinds with a status), and listRV the list's resourceVersion.
 	health *v1alpha1.HealthStatus
 	listRV string
+	// obj is the whole object (Diff only).
+	obj *unstructured.Unstructured
+	// owned is the FieldsV1 of deputy's own server-side apply entry.
+	owned []byte
 }
 
 // trackedByOther returns the other Application that tracks the object
@@ -127,6 +132,9 @@ func liveFrom(m *metav1.PartialObjectMetadata) *liveObject {
 			// every other field.
 		case f.Manager == FieldManager && f.Operation == metav1.ManagedFieldsOperationApply && f.Subresource == "":
 			l.soleApplier = true
+			if f.FieldsV1 != nil {
+				l.owned = f.FieldsV1.Raw
+			}
 		default:
 			return l.notSole()
 		}
@@ -162,13 +170,17 @@ func (op *operation) observe(ctx context.Context, cl *clients, targets []listTar
 			err = nil // the resource is not served: nothing exists
 		}
 		if err != nil {
-			if t.prune {
+			if t.prune || ((op.diffing || op.comparing) && t.rendered) {
 				where := "cluster-wide"
 				if t.namespace != "" {
 					where = "in namespace " + t.namespace
 				}
 				mu.Lock()
-				problems = append(problems, fmt.Sprintf("prune: cannot list %s %s: %v", permissions.ResourceString(t.gvr.Group, t.gvr.Resource), where, err))
+				what := "prune"
+				if !t.prune {
+					what = "diff"
+				}
+				problems = append(problems, fmt.Sprintf("%s: cannot list %s %s: %v", what, permissions.ResourceString(t.gvr.Group, t.gvr.Resource), where, err))
 				mu.Unlock()
 			}
 			return
@@ -185,7 +197,7 @@ func (op *operation) observe(ctx context.Context, cl *clients, targets []listTar
 			if rendered[k] {
 				out.live[k] = liveFrom(&items[j])
 				if healths != nil {
-					out.live[k].health, out.live[k].listRV = healths[j].health, healths[j].rv
+					out.live[k].health, out.live[k].listRV, out.live[k].obj = healths[j].health, healths[j].rv, healths[j].obj
 				}
 			}
 		}
@@ -210,6 +222,8 @@ func (op *operation) observe(ctx context.Context, cl *clients, targets []listTar
 type listedHealth struct {
 	health *v1alpha1.HealthStatus
 	rv     string
+	// obj is the whole object, kept for Diff.
+	obj *unstructured.Unstructured
 }
 
 // list lists one target, paged, as the identity: metadata only, or whole
@@ -217,8 +231,12 @@ type listedHealth struct {
 // knows their health without reading them again; healths is nil
 // otherwise).
 func (op *operation) list(ctx context.Context, cl *clients, t listTarget) (items []metav1.PartialObjectMetadata, healths []listedHealth, err error) {
+	if op.comparing {
+		items, err := op.listLive(ctx, cl, t)
+		return items, nil, err
+	}
 	opts := metav1.ListOptions{Limit: listPageSize}
-	whole := t.rendered && !op.deleting && !op.req.Sync.DryRun && !health.Statusless(t.gvk.Group, t.gvk.Kind)
+	whole := t.rendered && (op.diffing || !op.deleting && !op.req.Sync.DryRun && !health.Statusless(t.gvk.Group, t.gvk.Kind))
 	for {
 		if !whole {
 			list, err := cl.meta.Resource(t.gvr).Namespace(t.namespace).List(ctx, opts)
@@ -239,7 +257,11 @@ func (op *operation) list(ctx context.Context, cl *clients, t listTarget) (items
 					ManagedFields: u.GetManagedFields(), DeletionTimestamp: u.GetDeletionTimestamp(), OwnerReferences: u.GetOwnerReferences(),
 				}})
 				h := health.Assess(u)
-				healths = append(healths, listedHealth{health: &h, rv: list.GetResourceVersion()})
+				lh := listedHealth{health: &h, rv: list.GetResourceVersion()}
+				if op.diffing {
+					lh.obj = u
+				}
+				healths = append(healths, lh)
 			}
 			opts.Continue = list.GetContinue()
 		}

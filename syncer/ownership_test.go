@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"deputy.dev/deputy/policy/v1alpha1"
+	"deputy.dev/deputy/syncer/cluster"
 )
 
 // ownershipCluster is a fake kube-apiserver serving ConfigMaps of namespace
@@ -158,7 +159,7 @@ func ownershipSync(t *testing.T, c *ownershipCluster, prune, dryRun bool, render
 	t.Cleanup(srv.Close)
 	op, compiled := testOperation(t, guestbookProject())
 	// JSON: the fake speaks no protobuf.
-	op.e.opts.Clusters = NewClusterRegistry(InCluster(&rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{ContentType: "application/json"}}))
+	op.e.opts.Clusters = cluster.NewRegistry(cluster.InCluster(&rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{ContentType: "application/json"}}))
 	op.req.Sync.Prune, op.req.Sync.DryRun = prune, dryRun
 	id := identity{username: "system:serviceaccount:guestbook:guestbook-deployer", status: "system:serviceaccount:guestbook:guestbook-deployer"}
 	op.setIdentity(id.status)

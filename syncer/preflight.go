@@ -39,7 +39,8 @@ import (
 // the apiserver, deputy's included, and never need a SubjectAccessReview
 // grant for the controller. A review per (verb, resource, namespace) comes
 // first; only when one is denied are the objects behind it asked about by
-// name (a Role may grant by resourceNames).
+// name (a Role may grant by resourceNames). This file decides what to ask;
+// package permissions asks it (Review, through asker) and reports.
 //
 // Which objects exist comes from lists (metadata only) of every (resource,
 // namespace) the sync writes to, when the identity may list there: "create"
@@ -62,65 +63,19 @@ var (
 	gvrCRDs            = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 )
 
-// permCheck is one permission an operation needs.
-type permCheck struct {
-	verb      string
-	group     string
-	resource  string
-	namespace string
-	// gvr is used to look objects up (create checks).
-	gvr schema.GroupVersionResource
-	// names are the objects (by name) needing it, with a description each;
-	// none means the request itself carries no name (list, POST create).
-	names   []string
-	objects []string
-	// recreated are names whose "create" is needed although the object
-	// exists: it is deleted first (see verbRecreate).
-	recreated map[string]bool
+// asker asks the preflight's questions (permissions.Review) as the
+// operation's identity.
+type asker struct{ cl *clients }
+
+func (a asker) Can(ctx context.Context, verb, group, resource, namespace, name string) (bool, error) {
+	return permissions.SelfSubjectAccess(ctx, a.cl.kube, verb, group, resource, namespace, name)
 }
 
-// verbRecreate is what objectChecks adds for an object that exists and is
-// deleted and then created again (a hook's BeforeHookCreation): asked as
-// "create", and needed even though the object exists now (a denied create
-// is otherwise dropped for existing objects, see runChecks).
-const verbRecreate = "re-create"
-
-type permKey struct{ verb, group, resource, namespace string }
-
-// permSet collects checks, one per (verb, group, resource, namespace).
-type permSet struct {
-	order []*permCheck
-	index map[permKey]*permCheck
+func (a asker) Exists(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (bool, error) {
+	return a.cl.exists(ctx, gvr, namespace, name)
 }
 
-func (s *permSet) add(verb string, gvr schema.GroupVersionResource, namespace, name, what string) {
-	recreate := verb == verbRecreate
-	if recreate {
-		verb = "create"
-	}
-	if s.index == nil {
-		s.index = map[permKey]*permCheck{}
-	}
-	k := permKey{verb, gvr.Group, gvr.Resource, namespace}
-	c, ok := s.index[k]
-	if !ok {
-		c = &permCheck{verb: verb, group: gvr.Group, resource: gvr.Resource, namespace: namespace, gvr: gvr}
-		s.index[k] = c
-		s.order = append(s.order, c)
-	}
-	if recreate {
-		if c.recreated == nil {
-			c.recreated = map[string]bool{}
-		}
-		c.recreated[name] = true
-	}
-	if name != "" {
-		c.names = append(c.names, name)
-		c.objects = append(c.objects, what)
-	} else if what != "" && len(c.objects) == 0 {
-		c.objects = append(c.objects, what)
-	}
-}
+func (a asker) Who() string { return a.cl.who }
 
 // missingPermission is a permission the identity lacks (or needs).
 type missingPermission = permissions.Permission
@@ -174,15 +129,15 @@ func (op *operation) preflight(ctx context.Context, cl *clients, id identity, p 
 	}
 
 	scopes := listTargets(p)
-	var lists permSet
+	var lists permissions.Set
 	for _, s := range scopes {
 		what := "to see which objects of " + s.gvk.Kind + " exist"
 		if s.prune {
 			what = "prune: objects of " + s.gvk.Kind + " tracked as " + op.tracking
 		}
-		lists.add("list", s.gvr, s.namespace, "", what)
+		lists.Add("list", s.gvr, s.namespace, "", what)
 	}
-	listMissing, err := op.runChecks(ctx, cl, lists.order)
+	listMissing, err := permissions.Review(ctx, asker{cl}, lists.Checks(), op.e.opts.Parallelism)
 	if err != nil {
 		return nil, err
 	}
@@ -212,7 +167,7 @@ func (op *operation) preflight(ctx context.Context, cl *clients, id identity, p 
 	missing = append(missing, readMissing...)
 	problems = append(problems, readProblems...)
 
-	var checks permSet
+	var checks permissions.Set
 	for _, o := range p.objects {
 		sk := scopeKey{o.gvr.Group, o.gvr.Resource, o.namespace()}
 		known := seen.listed[sk] || read[o.key] // whether it exists, and its metadata
@@ -227,12 +182,12 @@ func (op *operation) preflight(ctx context.Context, cl *clients, id identity, p 
 		if !o.hook && known && live.unchangedFrom(o.digest) {
 			o.unchanged = true
 			if live.health == nil && op.readsHealth(o) {
-				checks.add("get", o.gvr, o.namespace(), o.name(), o.key.String()+" (to read its health)")
-				checks.add("watch", o.gvr, o.namespace(), o.name(), o.key.String()+" (to wait until it is healthy)")
+				checks.Add("get", o.gvr, o.namespace(), o.name(), o.key.String()+" (to read its health)")
+				checks.Add("watch", o.gvr, o.namespace(), o.name(), o.key.String()+" (to wait until it is healthy)")
 			}
 			continue
 		}
-		op.objectChecks(o, known, live, checks.add)
+		op.objectChecks(o, known, live, checks.Add)
 	}
 	if p.createNamespace != "" {
 		exists, err := cl.exists(ctx, gvrNamespaces, "", p.createNamespace)
@@ -241,11 +196,11 @@ func (op *operation) preflight(ctx context.Context, cl *clients, id identity, p 
 		}
 		if !exists {
 			res.createNamespace = true
-			checks.add("create", gvrNamespaces, "", "", "Namespace "+p.createNamespace+" (syncOptions CreateNamespace=true)")
+			checks.Add("create", gvrNamespaces, "", "", "Namespace "+p.createNamespace+" (syncOptions CreateNamespace=true)")
 		}
 	}
 	for _, c := range res.candidates {
-		checks.add("delete", c.scope.gvr, c.namespace, c.name, c.key().String()+" (prune)")
+		checks.Add("delete", c.scope.gvr, c.namespace, c.name, c.key().String()+" (prune)")
 	}
 	// Where prune may not list, what it would delete is not known yet; ask
 	// for "delete" there now rather than in the next report.
@@ -255,14 +210,14 @@ func (op *operation) preflight(ctx context.Context, cl *clients, id identity, p 
 		}
 		what := "prune: objects of " + s.gvk.Kind + " tracked as " + op.tracking
 		if s.namespace != "" {
-			checks.add("delete", s.gvr, s.namespace, "", what)
+			checks.Add("delete", s.gvr, s.namespace, "", what)
 			continue
 		}
 		for _, name := range op.expectedPruneNames(s, p) {
-			checks.add("delete", s.gvr, "", name, s.gvk.Kind+" "+name+" (prune: recorded by the last sync, no longer rendered)")
+			checks.Add("delete", s.gvr, "", name, s.gvk.Kind+" "+name+" (prune: recorded by the last sync, no longer rendered)")
 		}
 	}
-	more, err := op.runChecks(ctx, cl, checks.order)
+	more, err := permissions.Review(ctx, asker{cl}, checks.Checks(), op.e.opts.Parallelism)
 	if err != nil {
 		return nil, err
 	}
@@ -334,7 +289,7 @@ func (op *operation) neededPermissions(p *plan, res *preflightResult, scopes []l
 			need.Add("get", o.gvr.Group, o.gvr.Resource, o.namespace(), o.name())
 		}
 		op.objectChecks(o, false, nil, func(verb string, gvr schema.GroupVersionResource, namespace, name, _ string) {
-			if verb == verbRecreate {
+			if verb == permissions.VerbRecreate {
 				verb = "create"
 			}
 			need.Add(verb, gvr.Group, gvr.Resource, namespace, name)
@@ -366,7 +321,7 @@ func (op *operation) readUnlisted(ctx context.Context, cl *clients, p *plan, see
 	read = map[objKey]bool{}
 	var (
 		mu        sync.Mutex
-		forbidden permSet
+		forbidden permissions.Set
 	)
 	parallel(len(todo), op.e.opts.Parallelism, func(i int) {
 		o := todo[i]
@@ -380,7 +335,7 @@ func (op *operation) readUnlisted(ctx context.Context, cl *clients, p *plan, see
 		case apierrors.IsNotFound(err):
 			read[o.key] = true
 		case apierrors.IsForbidden(err):
-			forbidden.add("get", o.gvr, o.namespace(), o.name(), o.key.String()+" (to check its tracking annotation)")
+			forbidden.Add("get", o.gvr, o.namespace(), o.name(), o.key.String()+" (to check its tracking annotation)")
 		default:
 			problems = append(problems, fmt.Sprintf("cannot read %s to see whether another Application tracks it: %v", o.key, err))
 		}
@@ -389,24 +344,13 @@ func (op *operation) readUnlisted(ctx context.Context, cl *clients, p *plan, see
 		defer mu.Unlock()
 		problems = append(problems, fmt.Sprintf("internal error while reading %s: %v", todo[i].key, r))
 	})
-	for _, c := range forbidden.order {
-		sort.Sort(namesAndObjects{c})
-		missing = append(missing, missingPermission{Verb: c.verb, Group: c.group, Resource: c.resource, Namespace: c.namespace,
-			Names: c.names, Objects: c.objects})
+	for _, c := range forbidden.Checks() {
+		c.SortNames() // reads finish in any order
+		missing = append(missing, missingPermission{Verb: c.Verb, Group: c.Group, Resource: c.Resource, Namespace: c.Namespace,
+			Names: c.Names, Objects: c.Objects})
 	}
 	sort.Strings(problems)
 	return read, missing, problems
-}
-
-// namesAndObjects sorts a check's names, keeping each object's description
-// with its name (reads finish in any order).
-type namesAndObjects struct{ c *permCheck }
-
-func (s namesAndObjects) Len() int           { return len(s.c.names) }
-func (s namesAndObjects) Less(i, j int) bool { return s.c.names[i] < s.c.names[j] }
-func (s namesAndObjects) Swap(i, j int) {
-	s.c.names[i], s.c.names[j] = s.c.names[j], s.c.names[i]
-	s.c.objects[i], s.c.objects[j] = s.c.objects[j], s.c.objects[i]
 }
 
 // checkServiceAccount makes sure the derived ServiceAccount exists. This is
@@ -488,7 +432,7 @@ func (op *operation) objectChecks(o *planObject, known bool, live *liveObject, a
 		add("get", o.gvr, o.namespace(), name, what+" (to see its previous object gone)")
 		if known && live != nil {
 			// Deleted first, it is then created anew.
-			add(verbRecreate, o.gvr, o.namespace(), name, what+" (re-created after hook-delete-policy BeforeHookCreation)")
+			add(permissions.VerbRecreate, o.gvr, o.namespace(), name, what+" (re-created after hook-delete-policy BeforeHookCreation)")
 		}
 	}
 	if o.place.HasPolicy(waves.HookSucceeded) || o.place.HasPolicy(waves.HookFailed) {

@@ -25,6 +25,7 @@ import (
 	deputyauthz "deputy.dev/deputy/authorizer"
 	"deputy.dev/deputy/policy"
 	"deputy.dev/deputy/policy/v1alpha1"
+	"deputy.dev/deputy/syncer/cluster"
 	"deputy.dev/deputy/syncer/permissions"
 )
 
@@ -138,7 +139,7 @@ func preflightSync(t *testing.T, h http.Handler, prune bool, rendered ...string)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	op, compiled := testOperation(t, guestbookProject())
-	op.e.opts.Clusters = NewClusterRegistry(InCluster(&rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{ContentType: "application/json"}}))
+	op.e.opts.Clusters = cluster.NewRegistry(cluster.InCluster(&rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{ContentType: "application/json"}}))
 	op.req.Sync.Prune = prune
 	id := identity{username: "system:serviceaccount:guestbook:guestbook-deployer", status: "system:serviceaccount:guestbook:guestbook-deployer"}
 	op.setIdentity(id.status)

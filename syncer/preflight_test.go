@@ -88,14 +88,3 @@ func TestPreflightReport(t *testing.T) {
 		}
 	})
 }
-
-func TestPermSetGroupsByVerbResourceAndNamespace(t *testing.T) {
-	var s permSet
-	s.add("patch", gvrNamespaces, "", "a", "Namespace a")
-	s.add("patch", gvrNamespaces, "", "b", "Namespace b")
-	s.add("create", gvrNamespaces, "", "", "CreateNamespace")
-	s.add("create", gvrNamespaces, "", "", "again")
-	if len(s.order) != 2 || !cmp.Equal(s.order[0].names, []string{"a", "b"}) || len(s.order[1].names) != 0 || !cmp.Equal(s.order[1].objects, []string{"CreateNamespace"}) {
-		t.Errorf("checks = %+v %+v", s.order[0], s.order[1])
-	}
-}

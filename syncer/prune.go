@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 
@@ -15,6 +16,7 @@ import (
 
 	"deputy.dev/deputy/policy"
 	"deputy.dev/deputy/policy/v1alpha1"
+	"deputy.dev/deputy/syncer/cluster"
 	"deputy.dev/deputy/syncer/health"
 	"deputy.dev/deputy/syncer/source"
 	"deputy.dev/deputy/syncer/waves"
@@ -44,16 +46,17 @@ func (c *pruneCandidate) key() objKey {
 }
 
 // selectPruneCandidates picks, from one listed scope, the objects to prune:
-// hooks only when withHooks (DeleteResources deletes every tracked object;
-// a sync never prunes a hook, which it creates anew each time).
-func selectPruneCandidates(scope pruneScope, items []metav1.PartialObjectMetadata, tracking string, rendered map[objKey]bool, withHooks bool) []*pruneCandidate {
+// hooks, and objects already being deleted, only when deleting
+// (DeleteResources deletes every tracked object and waits until each is
+// gone; a sync never prunes a hook, which it creates anew each time).
+func selectPruneCandidates(scope pruneScope, items []metav1.PartialObjectMetadata, tracking string, rendered map[objKey]bool, deleting bool) []*pruneCandidate {
 	var out []*pruneCandidate
 	for i := range items {
 		it := &items[i]
-		if it.Annotations[TrackingAnnotation] != tracking || it.DeletionTimestamp != nil {
+		if it.Annotations[TrackingAnnotation] != tracking || !deleting && it.DeletionTimestamp != nil {
 			continue
 		}
-		if metav1.GetControllerOfNoCopy(it) != nil || !withHooks && waves.IsHook(it.Annotations) {
+		if metav1.GetControllerOfNoCopy(it) != nil || !deleting && waves.IsHook(it.Annotations) {
 			continue
 		}
 		c := &pruneCandidate{scope: scope, namespace: it.Namespace, name: it.Name, uid: it.UID, wave: waves.WaveOf(it.Annotations)}
@@ -147,8 +150,9 @@ func (op *operation) reportOrphans(ctx context.Context, cl *clients, p *plan) {
 // sync wave first (Argo CD prunes in reverse wave order), and within a wave
 // namespaced objects first, Namespaces last, each group in parallel. When a
 // lower wave follows, it waits until the wave's objects are gone. The UID
-// precondition makes sure the object deleted is the one listed.
-func (op *operation) deleteCandidates(ctx context.Context, cl *clients, cands []*pruneCandidate) {
+// precondition makes sure the object deleted is the one listed. It returns
+// the candidates deleted (or found already deleted).
+func (op *operation) deleteCandidates(ctx context.Context, cl *clients, cands []*pruneCandidate) (deleted []*pruneCandidate) {
 	var permitted []*pruneCandidate
 	for _, c := range cands {
 		// What the project no longer permits is not deleted, whoever acts:
@@ -173,15 +177,22 @@ func (op *operation) deleteCandidates(ctx context.Context, cl *clients, cands []
 			j++
 		}
 		list := permitted[i:j]
-		parallel(len(list), op.e.opts.Parallelism, func(i int) { op.deleteOne(ctx, cl, list[i]) },
+		ok := make([]bool, len(list))
+		parallel(len(list), op.e.opts.Parallelism, func(i int) { ok[i] = op.deleteOne(ctx, cl, list[i]) },
 			func(i int, r any) {
 				op.record(-1, list[i].result(v1alpha1.ResultCodeSyncFailed, fmt.Sprintf("internal error in deputy's sync engine: %v", r)))
 			})
+		for k, c := range list {
+			if ok[k] {
+				deleted = append(deleted, c)
+			}
+		}
 		if j < len(permitted) && permitted[j].wave != list[0].wave {
 			op.waitGone(ctx, cl, permitted[:j])
 		}
 		i = j
 	}
+	return deleted
 }
 
 // waitGone waits (within the health timeout) until the deleted candidates
@@ -201,7 +212,9 @@ func (op *operation) waitGone(ctx context.Context, cl *clients, cands []*pruneCa
 	}, func(int, any) {})
 }
 
-func (op *operation) deleteOne(ctx context.Context, cl *clients, c *pruneCandidate) {
+// deleteOne deletes c and records the result; true when it is deleted (or
+// was already).
+func (op *operation) deleteOne(ctx context.Context, cl *clients, c *pruneCandidate) bool {
 	uid := c.uid
 	// Background propagation (kubectl delete's default): the object is gone
 	// when prune reports it Pruned, and the garbage collector removes what it
@@ -222,6 +235,7 @@ func (op *operation) deleteOne(ctx context.Context, cl *clients, c *pruneCandida
 	default:
 		op.record(-1, c.result(v1alpha1.ResultCodeSyncFailed, err.Error()))
 	}
+	return err == nil || apierrors.IsNotFound(err)
 }
 
 func (c *pruneCandidate) applyGroup() applyGroup {
@@ -284,7 +298,46 @@ func (op *operation) deleteAll(ctx context.Context) {
 		op.fail(err)
 		return
 	}
-	op.deleteCandidates(ctx, cl, pf.candidates)
+	deleted := op.deleteCandidates(ctx, cl, pf.candidates)
+	op.confirmGone(ctx, cl, p, deleted)
+}
+
+// confirmGone waits (within the health timeout; best effort: it needs get
+// and watch) until the deleted objects are gone, then lists the prune
+// scopes again (list is what the preflight required): an object deleted
+// but still there, with this Application's tracking value, turns its
+// Pruned result into a failure naming its finalizers.
+func (op *operation) confirmGone(ctx context.Context, cl *clients, p *plan, deleted []*pruneCandidate) {
+	if len(deleted) == 0 || ctx.Err() != nil {
+		return
+	}
+	op.waitGone(ctx, cl, deleted)
+	timeout, _ := op.healthTimeout()
+	var targets []listTarget
+	for _, s := range p.pruneScopes {
+		targets = append(targets, listTarget{gvk: s.gvk, gvr: s.gvr, namespace: s.namespace, prune: true})
+	}
+	seen, problems := op.observe(ctx, cl, targets, p.rendered)
+	if len(problems) > 0 {
+		op.fail(fmt.Errorf("deleted %d resources but could not confirm they are gone: %s", len(deleted), strings.Join(problems, "; ")))
+		return
+	}
+	left := map[types.UID]bool{}
+	for _, c := range seen.candidates {
+		left[c.uid] = true
+	}
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	for _, c := range deleted {
+		if !left[c.uid] {
+			continue
+		}
+		for i, r := range op.extra {
+			if r.Status == v1alpha1.ResultCodePruned && r.Group == c.scope.gvk.Group && r.Kind == c.scope.gvk.Kind && r.Namespace == c.namespace && r.Name == c.name {
+				op.extra[i] = c.result(v1alpha1.ResultCodeSyncFailed, fmt.Sprintf("deleted (propagationPolicy %s) but still present after %s: a finalizer holds it (foregroundDeletion is removed by kube-controller-manager's garbage collector once its dependents are gone)", op.options.propagation, timeout))
+			}
+		}
+	}
 }
 
 // renderedKinds renders the source (best effort: when the project permits
@@ -296,7 +349,7 @@ func (op *operation) renderedKinds(ctx context.Context, cl *clients, compiled *p
 	if checkSources(compiled, op.app) != nil {
 		return nil
 	}
-	r, err := source.RenderApplication(ctx, op.e.sources, appWithCapabilities(op.app, cl.capabilities), v1alpha1.SyncOperation{},
+	r, err := source.RenderApplication(ctx, op.e.sources, cluster.AppWithCapabilities(op.app, cl.capabilities), v1alpha1.SyncOperation{},
 		source.WithProject(op.project.Name, op.project.Spec.SourceRepos))
 	if err != nil {
 		op.log.Info("deleting: the source does not render; looking only where the last operation recorded objects", "error", err.Error())

@@ -11,9 +11,11 @@ import (
 
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"deputy.dev/deputy/policy"
 	"deputy.dev/deputy/policy/v1alpha1"
+	"deputy.dev/deputy/syncer/cluster"
 	"deputy.dev/deputy/syncer/source"
 )
 
@@ -30,8 +32,9 @@ type operation struct {
 	server, clusterName, destNamespace string
 	options                            syncOptions
 	tracking                           string
-	// deleting: this is DeleteResources, not a sync.
-	deleting bool
+	// deleting: this is DeleteResources, not a sync; diffing: Diff;
+	// comparing: Compare.
+	deleting, diffing, comparing bool
 
 	mu    sync.Mutex // guards state, slots, extra and progress calls
 	state *v1alpha1.OperationState
@@ -71,44 +74,7 @@ func (op *operation) sync(ctx context.Context) {
 	op.mu.Lock()
 	op.emit(nil)
 	op.mu.Unlock()
-	// Project checks that need no cluster come before fetching anything,
-	// on every source.
-	compiled, err := op.compileProject()
-	if err != nil {
-		op.fail(err)
-		return
-	}
-	if err := checkSources(compiled, op.app); err != nil {
-		op.fail(err)
-		return
-	}
-	if err := op.resolveDestination(ctx); err != nil {
-		op.fail(err)
-		return
-	}
-	if err := checkDestination(compiled, op.project.Name, op.server, op.clusterName, op.destNamespace); err != nil {
-		op.fail(err)
-		return
-	}
-
-	// The identity's clients come before the render: a chart sees the
-	// destination's .Capabilities as that identity discovers them.
-	id, cl, err := op.impersonate(ctx, compiled)
-	if err != nil {
-		op.fail(err)
-		return
-	}
-	r, err := source.RenderApplication(ctx, op.e.sources, appWithCapabilities(op.app, cl.capabilities), op.req.Sync,
-		source.WithProject(op.project.Name, op.project.Spec.SourceRepos))
-	if r != nil {
-		op.setRevisions(r.Revisions)
-	}
-	if err != nil {
-		op.fail(fmt.Errorf("failed to render the manifests: %w", err))
-		return
-	}
-
-	p, err := op.plan(ctx, cl, compiled, r.Objects)
+	id, cl, p, err := op.prepare(ctx)
 	if err != nil {
 		op.fail(err)
 		return
@@ -119,6 +85,64 @@ func (op *operation) sync(ctx context.Context) {
 		return
 	}
 	op.run(ctx, cl, p, pf)
+}
+
+// prepare is what a sync, a diff and a comparison share before they touch
+// an object: the project checks that need no cluster (before anything is
+// fetched, on every source), the destination, the identity and its clients
+// (before the render: a chart sees the destination's .Capabilities as that
+// identity discovers them), the render and the plan.
+func (op *operation) prepare(ctx context.Context) (identity, *clients, *plan, error) {
+	compiled, err := op.compileProject()
+	if err != nil {
+		return identity{}, nil, nil, err
+	}
+	if err := checkSources(compiled, op.app); err != nil {
+		return identity{}, nil, nil, err
+	}
+	if err := op.resolveDestination(ctx); err != nil {
+		return identity{}, nil, nil, err
+	}
+	if err := checkDestination(compiled, op.project.Name, op.server, op.clusterName, op.destNamespace); err != nil {
+		return identity{}, nil, nil, err
+	}
+	id, cl, err := op.impersonate(ctx, compiled)
+	if err != nil {
+		return id, nil, nil, err
+	}
+	objs, err := op.render(ctx, cl)
+	if err != nil {
+		return id, nil, nil, fmt.Errorf("failed to render the manifests: %w", err)
+	}
+	p, err := op.plan(ctx, cl, compiled, objs)
+	return id, cl, p, err
+}
+
+// render renders the Application's sources at the operation's revisions
+// as the identity's clients see the destination, and records the revisions.
+func (op *operation) render(ctx context.Context, cl *clients) ([]*unstructured.Unstructured, error) {
+	app := cluster.AppWithCapabilities(op.app, cl.capabilities)
+	key := ""
+	if op.comparing {
+		key = renderKey(app, op.req.Sync)
+	}
+	if objs, ok := op.e.renders.get(key); ok {
+		revs := op.req.Sync.Revisions
+		if len(revs) == 0 {
+			revs = []string{op.req.Sync.Revision}
+		}
+		op.setRevisions(revs)
+		return objs, nil
+	}
+	r, err := source.RenderApplication(ctx, op.e.sources, app, op.req.Sync, source.WithProject(op.project.Name, op.project.Spec.SourceRepos))
+	if r == nil {
+		return nil, err
+	}
+	op.setRevisions(r.Revisions)
+	if err == nil {
+		op.e.renders.put(key, r.Objects)
+	}
+	return r.Objects, err
 }
 
 func (op *operation) validate() error {

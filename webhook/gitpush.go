@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"deputy.dev/deputy/apps/gitpush"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,7 +22,7 @@ import (
 // GitWebhookPath is where Git servers announce pushes (Argo CD's path).
 const GitWebhookPath = "/api/webhook"
 
-// Providers, as apps.Push.Provider and the answer name them.
+// Providers, as gitpush.Push.Provider and the answer name them.
 const (
 	ProviderGitHub = "github"
 	ProviderGitLab = "gitlab"
@@ -65,7 +66,7 @@ type GitWebhookOptions struct {
 	// It returns apps.ErrOperationInProgress while an operation of app is
 	// pending or runs (reported as already in progress, not as an error).
 	// ctx is not cancelled when the sender disconnects.
-	Trigger func(ctx context.Context, app *v1alpha1.Application, push apps.Push) error
+	Trigger func(ctx context.Context, app *v1alpha1.Application, push gitpush.Push) error
 	// Log receives one line per delivery. Default: discard.
 	Log *slog.Logger
 	// Metrics, if set, counts deliveries and triggered Applications.
@@ -118,7 +119,7 @@ type GitWebhookResult struct {
 //
 // Matching is apps.SyncPush's, which follows Argo CD (util/webhook): an
 // Application matches when its spec.source.repoURL is the same repository as
-// one of the payload's URLs (apps.RepositoryKey) and its targetRevision is
+// one of the payload's URLs (gitpush.RepositoryKey) and its targetRevision is
 // the pushed branch or tag (with or without refs/heads/ or refs/tags/), or
 // "" / HEAD for a push to the default branch. deputy is stricter on two
 // points: refs/heads/x matches only a branch push and refs/tags/x only a tag
@@ -200,7 +201,7 @@ func (h *GitWebhookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // dispatch triggers the automated Applications that push affects and answers.
-func (h *GitWebhookHandler) dispatch(w http.ResponseWriter, r *http.Request, d delivery, push apps.Push) {
+func (h *GitWebhookHandler) dispatch(w http.ResponseWriter, r *http.Request, d delivery, push gitpush.Push) {
 	switch {
 	case push.Deleted:
 		h.ignore(w, r, d, push, fmt.Sprintf("%s deleted: nothing to sync", push.Ref))
@@ -261,18 +262,18 @@ func (h *GitWebhookHandler) dispatch(w http.ResponseWriter, r *http.Request, d d
 // apps.PushTargets.
 type pushTargets struct {
 	list    func() ([]*v1alpha1.Application, error)
-	trigger func(ctx context.Context, app *v1alpha1.Application, push apps.Push) error
+	trigger func(ctx context.Context, app *v1alpha1.Application, push gitpush.Push) error
 }
 
 // List implements apps.PushTargets.
 func (t pushTargets) List() ([]*v1alpha1.Application, error) { return t.list() }
 
 // Trigger implements apps.PushTargets.
-func (t pushTargets) Trigger(ctx context.Context, app *v1alpha1.Application, push apps.Push) error {
+func (t pushTargets) Trigger(ctx context.Context, app *v1alpha1.Application, push gitpush.Push) error {
 	return t.trigger(ctx, app, push)
 }
 
-func newGitWebhookResult(d delivery, push apps.Push) *GitWebhookResult {
+func newGitWebhookResult(d delivery, push gitpush.Push) *GitWebhookResult {
 	rev := push.Revision
 	if rev == "" {
 		rev = push.Ref
@@ -282,7 +283,7 @@ func newGitWebhookResult(d delivery, push apps.Push) *GitWebhookResult {
 }
 
 // ignore answers 200 to an authenticated delivery deputy does not act on.
-func (h *GitWebhookHandler) ignore(w http.ResponseWriter, r *http.Request, d delivery, push apps.Push, message string) {
+func (h *GitWebhookHandler) ignore(w http.ResponseWriter, r *http.Request, d delivery, push gitpush.Push, message string) {
 	h.log.Info("git push webhook", h.logAttrs(r, d, push, "ignored", message)...)
 	h.opts.Metrics.gitWebhookDelivery(d.provider, "ignored")
 	res := newGitWebhookResult(d, push)
@@ -292,7 +293,7 @@ func (h *GitWebhookHandler) ignore(w http.ResponseWriter, r *http.Request, d del
 
 // unauthorized answers 401 with the one fixed message; reason goes to the log only.
 func (h *GitWebhookHandler) unauthorized(w http.ResponseWriter, r *http.Request, d delivery, reason string) {
-	h.log.Info("git push webhook rejected", h.logAttrs(r, d, apps.Push{}, "code", http.StatusUnauthorized, "reason", reason)...)
+	h.log.Info("git push webhook rejected", h.logAttrs(r, d, gitpush.Push{}, "code", http.StatusUnauthorized, "reason", reason)...)
 	h.opts.Metrics.gitWebhookDelivery(d.provider, "unauthorized")
 	if r.ProtoMajor == 2 {
 		// As deputy's API: an unauthenticated client does not keep an
@@ -304,7 +305,7 @@ func (h *GitWebhookHandler) unauthorized(w http.ResponseWriter, r *http.Request,
 
 // reject answers a client mistake other than authentication.
 func (h *GitWebhookHandler) reject(w http.ResponseWriter, r *http.Request, d delivery, serr *statusError) {
-	h.log.Info("git push webhook rejected", h.logAttrs(r, d, apps.Push{}, "code", serr.code(), "reason", serr.Error())...)
+	h.log.Info("git push webhook rejected", h.logAttrs(r, d, gitpush.Push{}, "code", serr.code(), "reason", serr.Error())...)
 	if d.provider != "" {
 		h.opts.Metrics.gitWebhookDelivery(d.provider, "rejected")
 	}
@@ -313,7 +314,7 @@ func (h *GitWebhookHandler) reject(w http.ResponseWriter, r *http.Request, d del
 
 // logAttrs are the key/values of a delivery's log line. Secrets, tokens and
 // signatures are never among them.
-func (h *GitWebhookHandler) logAttrs(r *http.Request, d delivery, push apps.Push, more ...any) []any {
+func (h *GitWebhookHandler) logAttrs(r *http.Request, d delivery, push gitpush.Push, more ...any) []any {
 	attrs := []any{"requestID", requestID(r.Context()), "remote", r.RemoteAddr}
 	if d.provider != "" {
 		attrs = append(attrs, "provider", d.provider)

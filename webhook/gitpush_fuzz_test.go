@@ -3,6 +3,7 @@ package webhook
 import (
 	"bytes"
 	"context"
+	"deputy.dev/deputy/apps/gitpush"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -14,7 +15,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"deputy.dev/deputy/apps"
 	"deputy.dev/deputy/policy/v1alpha1"
 )
 
@@ -58,12 +58,12 @@ func FuzzGitPushParsers(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		for name, parse := range map[string]func([]byte) (apps.Push, error){
+		for name, parse := range map[string]func([]byte) (gitpush.Push, error){
 			"github": parseGitHubPush, "gitlab": parseGitLabPush, "form": parseGitWebhookForm,
-			"github form": func(b []byte) (apps.Push, error) {
+			"github form": func(b []byte) (gitpush.Push, error) {
 				p, err := githubFormPayload(b)
 				if err != nil {
-					return apps.Push{}, err
+					return gitpush.Push{}, err
 				}
 				return parseGitHubPush(p)
 			},
@@ -80,7 +80,7 @@ func FuzzGitPushParsers(f *testing.F) {
 	})
 }
 
-func checkPushEvent(t *testing.T, parser string, ev apps.Push) {
+func checkPushEvent(t *testing.T, parser string, ev gitpush.Push) {
 	t.Helper()
 	if !slices.ContainsFunc(ev.RepoURLs, namesRepository) || ev.Repository == "" || !slices.Contains(ev.RepoURLs, ev.Repository) {
 		t.Errorf("%s accepted a push without a usable repository: %+v", parser, ev)
@@ -92,26 +92,26 @@ func checkPushEvent(t *testing.T, parser string, ev apps.Push) {
 		t.Errorf("%s: a deletion with a commit: %+v", parser, ev)
 	}
 	switch ev.RefType {
-	case apps.RefBranch:
+	case gitpush.RefBranch:
 		if ev.Ref != "HEAD" && ev.Ref != "refs/heads/"+ev.Revision {
 			t.Errorf("%s: branch %q from ref %q", parser, ev.Revision, ev.Ref)
 		}
-	case apps.RefTag:
+	case gitpush.RefTag:
 		if ev.Ref != "refs/tags/"+ev.Revision || ev.TouchedHead {
 			t.Errorf("%s: tag %q from ref %q (touchedHead %v)", parser, ev.Revision, ev.Ref, ev.TouchedHead)
 		}
-	case apps.RefUnknown:
+	case gitpush.RefUnknown:
 		if ev.Revision != "" && (ev.Provider != ProviderForm || ev.Revision != ev.Ref) {
 			t.Errorf("%s: revision %q of unknown type from ref %q", parser, ev.Revision, ev.Ref)
 		}
 	default:
 		t.Errorf("%s: ref type %q", parser, ev.RefType)
 	}
-	if ev.Provider == ProviderForm && apps.IsCommitSHA(ev.Revision) {
+	if ev.Provider == ProviderForm && gitpush.IsCommitSHA(ev.Revision) {
 		t.Errorf("form accepted a commit SHA as revision: %+v", ev)
 	}
 	// A commit SHA targetRevision never matches, whatever was pushed.
-	if apps.RevisionMatches(strings.Repeat("ab", 20), ev) {
+	if gitpush.RevisionMatches(strings.Repeat("ab", 20), ev) {
 		t.Errorf("%s: a SHA targetRevision matched %+v", parser, ev)
 	}
 }
@@ -145,7 +145,7 @@ func FuzzGitWebhookHandler(f *testing.F) {
 		GitHubSecretFile: settings.GitHubSecretFile, GitLabSecretFile: settings.GitLabSecretFile, TokenFile: settings.TokenFile,
 		MaxPayloadBytes: settings.MaxPayloadBytes,
 		Applications:    func() ([]*v1alpha1.Application, error) { return list, nil },
-		Trigger: func(_ context.Context, app *v1alpha1.Application, push apps.Push) error {
+		Trigger: func(_ context.Context, app *v1alpha1.Application, push gitpush.Push) error {
 			if !push.Matches(app) || app.Spec.SyncPolicy == nil {
 				panic("triggered an Application the push does not match: " + app.Name)
 			}

@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
+	"deputy.dev/deputy/apps/gitpush"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -14,8 +15,6 @@ import (
 	"unicode"
 
 	kjson "sigs.k8s.io/json"
-
-	"deputy.dev/deputy/apps"
 )
 
 // Request headers read by the Git push webhook.
@@ -65,10 +64,10 @@ func (h *GitWebhookHandler) serveGitHub(w http.ResponseWriter, r *http.Request, 
 	switch d.event {
 	case "push":
 	case "ping":
-		h.ignore(w, r, d, apps.Push{Provider: ProviderGitHub}, "ping received: deputy accepts this webhook's push events")
+		h.ignore(w, r, d, gitpush.Push{Provider: ProviderGitHub}, "ping received: deputy accepts this webhook's push events")
 		return
 	default:
-		h.ignore(w, r, d, apps.Push{Provider: ProviderGitHub}, fmt.Sprintf("GitHub event %q ignored: deputy acts on push events", d.event))
+		h.ignore(w, r, d, gitpush.Push{Provider: ProviderGitHub}, fmt.Sprintf("GitHub event %q ignored: deputy acts on push events", d.event))
 		return
 	}
 	payload := body
@@ -113,7 +112,7 @@ func (h *GitWebhookHandler) serveGitLab(w http.ResponseWriter, r *http.Request, 
 	case "Push Hook", "Tag Push Hook":
 	default:
 		// Authenticated, and not read further.
-		h.ignore(w, r, d, apps.Push{Provider: ProviderGitLab}, fmt.Sprintf("GitLab event %q ignored: deputy acts on Push Hook and Tag Push Hook", d.event))
+		h.ignore(w, r, d, gitpush.Push{Provider: ProviderGitLab}, fmt.Sprintf("GitLab event %q ignored: deputy acts on Push Hook and Tag Push Hook", d.event))
 		return
 	}
 	if mediaType(r) != "application/json" {
@@ -209,10 +208,10 @@ func githubFormPayload(body []byte) ([]byte, error) {
 }
 
 // parseGitHubPush reads a GitHub push event.
-func parseGitHubPush(body []byte) (apps.Push, error) {
+func parseGitHubPush(body []byte) (gitpush.Push, error) {
 	var p githubPush
 	if err := kjson.UnmarshalCaseSensitivePreserveInts(body, &p); err != nil {
-		return apps.Push{}, fmt.Errorf("the GitHub push event is not a JSON object of the documented format: %v", err)
+		return gitpush.Push{}, fmt.Errorf("the GitHub push event is not a JSON object of the documented format: %v", err)
 	}
 	repo := p.Repository
 	return newPushEvent(ProviderGitHub, p.Ref, p.After, p.Deleted, repo.DefaultBranch,
@@ -240,10 +239,10 @@ type gitlabPush struct {
 
 // parseGitLabPush reads a GitLab push or tag push event. A deleted branch or
 // tag has after = 0000… (and no checkout_sha).
-func parseGitLabPush(body []byte) (apps.Push, error) {
+func parseGitLabPush(body []byte) (gitpush.Push, error) {
 	var p gitlabPush
 	if err := kjson.UnmarshalCaseSensitivePreserveInts(body, &p); err != nil {
-		return apps.Push{}, fmt.Errorf("the GitLab push event is not a JSON object of the documented format: %v", err)
+		return gitpush.Push{}, fmt.Errorf("the GitLab push event is not a JSON object of the documented format: %v", err)
 	}
 	after := p.After
 	if p.CheckoutSHA != "" && !isZeroSHA(after) {
@@ -254,11 +253,11 @@ func parseGitLabPush(body []byte) (apps.Push, error) {
 		p.Repository.Homepage, p.Repository.GitHTTPURL, p.Repository.GitSSHURL)
 }
 
-func newPushEvent(provider, ref, after string, deleted bool, defaultBranch string, urls ...string) (apps.Push, error) {
+func newPushEvent(provider, ref, after string, deleted bool, defaultBranch string, urls ...string) (gitpush.Push, error) {
 	if ref == "" {
-		return apps.Push{}, fmt.Errorf("the %s push event has no ref", providerTitle(provider))
+		return gitpush.Push{}, fmt.Errorf("the %s push event has no ref", providerTitle(provider))
 	}
-	ev := apps.Push{Provider: provider, Ref: ref, DefaultBranch: defaultBranch, Deleted: deleted || isZeroSHA(after)}
+	ev := gitpush.Push{Provider: provider, Ref: ref, DefaultBranch: defaultBranch, Deleted: deleted || isZeroSHA(after)}
 	if !ev.Deleted {
 		ev.Commit = after
 	}
@@ -268,14 +267,14 @@ func newPushEvent(provider, ref, after string, deleted bool, defaultBranch strin
 		}
 	}
 	if !slices.ContainsFunc(ev.RepoURLs, namesRepository) {
-		return apps.Push{}, fmt.Errorf("the %s push event names no repository URL deputy can read", providerTitle(provider))
+		return gitpush.Push{}, fmt.Errorf("the %s push event names no repository URL deputy can read", providerTitle(provider))
 	}
 	ev.Repository = ev.RepoURLs[0]
 	if name, ok := strings.CutPrefix(ref, "refs/heads/"); ok && name != "" {
-		ev.RefType, ev.Revision = apps.RefBranch, name
+		ev.RefType, ev.Revision = gitpush.RefBranch, name
 		ev.TouchedHead = defaultBranch != "" && name == defaultBranch
 	} else if name, ok := strings.CutPrefix(ref, "refs/tags/"); ok && name != "" {
-		ev.RefType, ev.Revision = apps.RefTag, name
+		ev.RefType, ev.Revision = gitpush.RefTag, name
 	}
 	// Any other ref (refs/pull/…, refs/merge-requests/…, notes) leaves
 	// Revision empty: the delivery is ignored.
@@ -294,10 +293,10 @@ func providerTitle(p string) string {
 
 // parseGitWebhookForm reads the plain form: repoURL, revision and optional
 // defaultBranch, each at most once.
-func parseGitWebhookForm(body []byte) (apps.Push, error) {
+func parseGitWebhookForm(body []byte) (gitpush.Push, error) {
 	q, err := url.ParseQuery(string(body))
 	if err != nil {
-		return apps.Push{}, fmt.Errorf("the form cannot be parsed as application/x-www-form-urlencoded: %v", err)
+		return gitpush.Push{}, fmt.Errorf("the form cannot be parsed as application/x-www-form-urlencoded: %v", err)
 	}
 	field := func(name string) (string, error) {
 		switch v := q[name]; len(v) {
@@ -310,61 +309,61 @@ func parseGitWebhookForm(body []byte) (apps.Push, error) {
 	}
 	repo, err := field("repoURL")
 	if err != nil {
-		return apps.Push{}, err
+		return gitpush.Push{}, err
 	}
 	rev, err := field("revision")
 	if err != nil {
-		return apps.Push{}, err
+		return gitpush.Push{}, err
 	}
 	def, err := field("defaultBranch")
 	if err != nil {
-		return apps.Push{}, err
+		return gitpush.Push{}, err
 	}
 	switch {
 	case repo == "":
-		return apps.Push{}, errors.New("form field repoURL is required: the repository's URL, as Applications name it in spec.source.repoURL")
+		return gitpush.Push{}, errors.New("form field repoURL is required: the repository's URL, as Applications name it in spec.source.repoURL")
 	case !namesRepository(repo):
-		return apps.Push{}, fmt.Errorf("repoURL %q names no repository: give https://host/path, ssh://user@host/path, user@host:path or file:///path", repo)
+		return gitpush.Push{}, fmt.Errorf("repoURL %q names no repository: give https://host/path, ssh://user@host/path, user@host:path or file:///path", repo)
 	case rev == "":
-		return apps.Push{}, errors.New("form field revision is required: the pushed branch or tag (main, refs/heads/main, refs/tags/v1.2.0) or HEAD")
+		return gitpush.Push{}, errors.New("form field revision is required: the pushed branch or tag (main, refs/heads/main, refs/tags/v1.2.0) or HEAD")
 	}
 	for _, f := range []struct{ name, v string }{{"revision", rev}, {"defaultBranch", def}} {
 		if len(f.v) > maxRevisionLength {
-			return apps.Push{}, fmt.Errorf("%s is longer than %d characters", f.name, maxRevisionLength)
+			return gitpush.Push{}, fmt.Errorf("%s is longer than %d characters", f.name, maxRevisionLength)
 		}
 		if strings.IndexFunc(f.v, func(c rune) bool { return unicode.IsSpace(c) || !unicode.IsPrint(c) }) >= 0 {
-			return apps.Push{}, fmt.Errorf("%s %q contains blanks or control characters: give a branch or tag name", f.name, f.v)
+			return gitpush.Push{}, fmt.Errorf("%s %q contains blanks or control characters: give a branch or tag name", f.name, f.v)
 		}
 	}
-	if apps.IsCommitSHA(rev) {
-		return apps.Push{}, fmt.Errorf("revision %q is a commit SHA: give the branch or tag that was pushed", rev)
+	if gitpush.IsCommitSHA(rev) {
+		return gitpush.Push{}, fmt.Errorf("revision %q is a commit SHA: give the branch or tag that was pushed", rev)
 	}
-	ev := apps.Push{Provider: ProviderForm, Repository: repo, RepoURLs: []string{repo}, Ref: rev, DefaultBranch: def}
+	ev := gitpush.Push{Provider: ProviderForm, Repository: repo, RepoURLs: []string{repo}, Ref: rev, DefaultBranch: def}
 	switch {
 	case rev == "HEAD":
 		// The default branch moved; its name is known only if given.
-		ev.RefType, ev.Revision, ev.TouchedHead = apps.RefBranch, def, true
+		ev.RefType, ev.Revision, ev.TouchedHead = gitpush.RefBranch, def, true
 	case strings.HasPrefix(rev, "refs/heads/"):
-		ev.RefType, ev.Revision = apps.RefBranch, strings.TrimPrefix(rev, "refs/heads/")
+		ev.RefType, ev.Revision = gitpush.RefBranch, strings.TrimPrefix(rev, "refs/heads/")
 	case strings.HasPrefix(rev, "refs/tags/"):
-		ev.RefType, ev.Revision = apps.RefTag, strings.TrimPrefix(rev, "refs/tags/")
+		ev.RefType, ev.Revision = gitpush.RefTag, strings.TrimPrefix(rev, "refs/tags/")
 	case strings.HasPrefix(rev, "refs/"):
-		return apps.Push{}, fmt.Errorf("revision %q is neither a branch (refs/heads/…) nor a tag (refs/tags/…)", rev)
+		return gitpush.Push{}, fmt.Errorf("revision %q is neither a branch (refs/heads/…) nor a tag (refs/tags/…)", rev)
 	default:
-		ev.RefType, ev.Revision = apps.RefUnknown, rev
+		ev.RefType, ev.Revision = gitpush.RefUnknown, rev
 	}
 	if ev.Revision == "" && !ev.TouchedHead {
-		return apps.Push{}, fmt.Errorf("revision %q names no branch or tag", rev)
+		return gitpush.Push{}, fmt.Errorf("revision %q names no branch or tag", rev)
 	}
-	if def != "" && ev.RefType != apps.RefTag && ev.Revision == def {
+	if def != "" && ev.RefType != gitpush.RefTag && ev.Revision == def {
 		ev.TouchedHead = true
 	}
 	return ev, nil
 }
 
 // namesRepository reports whether u names a repository push matching can
-// compare (apps.RepositoryKey).
-func namesRepository(u string) bool { return apps.RepositoryKey(u) != "" }
+// compare (gitpush.RepositoryKey).
+func namesRepository(u string) bool { return gitpush.RepositoryKey(u) != "" }
 
 // isZeroSHA: the null object name Git servers send for a deleted ref.
 func isZeroSHA(s string) bool {

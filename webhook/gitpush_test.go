@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"deputy.dev/deputy/apps/gitpush"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -84,7 +85,7 @@ type gitWebhookFixture struct {
 	appsErr  error
 	triggers map[string]error // namespace/name → what Trigger returns
 	got      []string         // namespace/name of every Trigger call
-	pushes   []apps.Push
+	pushes   []gitpush.Push
 }
 
 // gitWebhookTestMaxPayload is the fixture's body limit unless settings set
@@ -114,7 +115,7 @@ func newGitWebhookFixture(t *testing.T, list []*v1alpha1.Application, settings *
 			defer f.mu.Unlock()
 			return f.apps, f.appsErr
 		},
-		Trigger: func(ctx context.Context, app *v1alpha1.Application, push apps.Push) error {
+		Trigger: func(ctx context.Context, app *v1alpha1.Application, push gitpush.Push) error {
 			if ctx.Err() != nil {
 				t.Errorf("Trigger called with an ended context: %v", ctx.Err())
 			}
@@ -310,16 +311,16 @@ func TestGitWebhookGitHubPushSyncsTheAutomatedApplicationsOfThePushedBranch(t *t
 				sortedCopy(f.triggered())); d != "" {
 				t.Errorf("Trigger calls (-want +got):\n%s", d)
 			}
-			wantPush := apps.Push{
+			wantPush := gitpush.Push{
 				Provider: "github", DeliveryID: "72d3162e-cc78-11e3-81ab-4c9367dc0958",
 				Repository: "https://github.com/binkkatal/sample_app",
 				RepoURLs: []string{"https://github.com/binkkatal/sample_app", "https://github.com/binkkatal/sample_app.git",
 					"git@github.com:binkkatal/sample_app.git", "git://github.com/binkkatal/sample_app.git"},
-				Ref: "refs/heads/master", Revision: "master", RefType: apps.RefBranch, DefaultBranch: "master", TouchedHead: true,
+				Ref: "refs/heads/master", Revision: "master", RefType: gitpush.RefBranch, DefaultBranch: "master", TouchedHead: true,
 				Commit: "fd489864e7642b48eaad6e3f155c10e46810ec72",
 			}
 			if d := cmp.Diff(wantPush, f.pushes[0]); d != "" {
-				t.Errorf("apps.Push given to Trigger (-want +got):\n%s", d)
+				t.Errorf("gitpush.Push given to Trigger (-want +got):\n%s", d)
 			}
 			logs := f.logs.String()
 			if n := strings.Count(logs, `"msg":"git push webhook"`); n != 1 {
@@ -528,8 +529,8 @@ func TestGitWebhookTagPushes(t *testing.T) {
 		if d := cmp.Diff(want, got); d != "" {
 			t.Errorf("answer (-want +got):\n%s", d)
 		}
-		if p := f.pushes[0]; p.RefType != apps.RefTag || p.Commit != "82b3d5ae55f7080f1e6022629cdb57bfae7cccc7" || p.TouchedHead {
-			t.Errorf("apps.Push = %+v", p)
+		if p := f.pushes[0]; p.RefType != gitpush.RefTag || p.Commit != "82b3d5ae55f7080f1e6022629cdb57bfae7cccc7" || p.TouchedHead {
+			t.Errorf("gitpush.Push = %+v", p)
 		}
 	})
 	t.Run("a GitHub push of a tag named like the default branch does not touch HEAD", func(t *testing.T) {
@@ -852,7 +853,7 @@ func TestNewGitWebhookHandlerErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	list := func() ([]*v1alpha1.Application, error) { return nil, nil }
-	trigger := func(context.Context, *v1alpha1.Application, apps.Push) error { return nil }
+	trigger := func(context.Context, *v1alpha1.Application, gitpush.Push) error { return nil }
 	for _, tc := range []struct {
 		name string
 		opts GitWebhookOptions

@@ -38,6 +38,9 @@ type ApplicationDiff struct {
 	// Resources are the rendered objects and the objects prune would
 	// delete, in apply order (prune last).
 	Resources []ResourceDiff `json:"resources"`
+	// Warnings say what could not be looked at (a kind the identity may
+	// not list in a namespace: the objects to prune there are unknown).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Changed reports whether a sync with prune would change anything: some

@@ -24,6 +24,7 @@ import (
 
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer"
+	"deputy.dev/deputy/syncer/cluster"
 	"deputy.dev/deputy/syncer/source"
 )
 
@@ -136,7 +137,7 @@ func chartEngine(t *testing.T, credURLs []string, limits source.Limits) *syncer.
 	}
 	logs := &logLines{}
 	e, err := syncer.NewEngine(syncer.EngineOptions{
-		Clusters:      syncer.NewClusterRegistry(syncer.InCluster(controllerConfig(t))),
+		Clusters:      cluster.NewRegistry(cluster.InCluster(controllerConfig(t))),
 		Impersonation: enforced,
 		Source:        source.Options{CacheDir: t.TempDir(), LocalRepositories: []string{repoRoot}, RepoCredentials: creds, Limits: limits},
 		Logger:        logs.logger(t),

@@ -44,7 +44,7 @@ func newReplicaEnv(t *testing.T) *replicaEnv {
 }
 
 // writePolicy writes the replicas' policy: a token for user (group "e2e")
-// and a role letting user get and sync Applications, in namespace or
+// and a role letting user get, diff and sync Applications, in namespace or
 // (namespace "") everywhere.
 func (e *replicaEnv) writePolicy(t *testing.T, user, token, namespace string) {
 	t.Helper()
@@ -59,7 +59,7 @@ kind: %[1]s
 metadata: {name: application-syncer%[2]s}
 rules:
 - apiGroups: [deputy.dev]
-  resources: [applications, applications/sync]
+  resources: [applications, applications/sync, applications/diff]
   verbs: [get, create]
 ---
 apiVersion: rbac.authorization.k8s.io/v1

@@ -28,6 +28,7 @@ import (
 
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer"
+	"deputy.dev/deputy/syncer/cluster"
 	"deputy.dev/deputy/syncer/source"
 	"deputy.dev/deputy/test/framework"
 )
@@ -174,7 +175,7 @@ func newSyncEngine(t *testing.T, imp syncer.ImpersonationSettings) (*syncer.Engi
 	t.Helper()
 	logs := &logLines{}
 	e, err := syncer.NewEngine(syncer.EngineOptions{
-		Clusters:      syncer.NewClusterRegistry(syncer.InCluster(controllerConfig(t))),
+		Clusters:      cluster.NewRegistry(cluster.InCluster(controllerConfig(t))),
 		Impersonation: imp,
 		Source: source.Options{
 			CacheDir: t.TempDir(),
@@ -693,7 +694,7 @@ func TestSyncPruneDeletesOnlyWhatItTracks(t *testing.T) {
 	})
 	t.Run("deleting the Application's resources deletes every tracked object as the ServiceAccount", func(t *testing.T) {
 		started := time.Now()
-		st := engine.DeleteResources(t.Context(), app, project)
+		st := engine.DeleteResources(t.Context(), app, project, syncer.DeleteOptions{})
 		if st.Phase != v1alpha1.OperationSucceeded || st.Identity != saUser {
 			t.Fatalf("%s", describe(st))
 		}

@@ -441,6 +441,13 @@ func setupWaves(t *testing.T) *wavesEnv {
 // wavesAppNS (stopped when the test ends) and waits until it leads.
 func (e *wavesEnv) start(t *testing.T) *framework.Deputy {
 	t.Helper()
+	return e.startWith(t, "")
+}
+
+// startWith is start with extra lines of the configuration's sync section
+// (indented by two spaces, ending in a newline).
+func (e *wavesEnv) startWith(t *testing.T, extraSync string) *framework.Deputy {
+	t.Helper()
 	wavesReplicas++
 	identity := fmt.Sprintf("waves-%d", wavesReplicas)
 	cfg := fmt.Sprintf(`apiVersion: config.deputy.dev/v1alpha1
@@ -457,7 +464,7 @@ sync:
     leaseDuration: 4s
     renewDeadline: 3s
     retryPeriod: 500ms
-`, filepath.Join(e.dir, "cache-"+identity), repoRoot, wavesAppNS, deputyNamespace, haLease, identity)
+%s`, filepath.Join(e.dir, "cache-"+identity), repoRoot, wavesAppNS, deputyNamespace, haLease, identity, extraSync)
 	cfgFile := filepath.Join(e.dir, identity+".yaml")
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

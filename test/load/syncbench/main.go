@@ -30,6 +30,7 @@ import (
 	"deputy.dev/deputy/syncer"
 	"deputy.dev/deputy/syncer/source"
 
+	"deputy.dev/deputy/syncer/cluster"
 	"deputy.dev/deputy/test/load/internal/peakrss"
 )
 
@@ -113,7 +114,7 @@ func run() error {
 		local = []string{filepath.Dir(*repo)}
 	}
 	engine, err := syncer.NewEngine(syncer.EngineOptions{
-		Clusters:      syncer.NewClusterRegistry(syncer.InCluster(cfg)),
+		Clusters:      cluster.NewRegistry(cluster.InCluster(cfg)),
 		Impersonation: syncer.ImpersonationSettings{Enabled: true, Enforced: true},
 		Source:        source.Options{CacheDir: *cacheDir, LocalRepositories: local},
 		Parallelism:   *parallelism,

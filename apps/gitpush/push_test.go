@@ -1,19 +1,17 @@
-package apps_test
+package gitpush
 
 import (
 	"fmt"
 	"regexp"
 	"strings"
 	"testing"
-
-	"deputy.dev/deputy/apps"
 )
 
 // sameRepository says whether two repository URLs name the same repository,
 // as the handler decides it.
 func sameRepository(a, b string) bool {
-	ka := apps.RepositoryKey(a)
-	return ka != "" && ka == apps.RepositoryKey(b)
+	ka := RepositoryKey(a)
+	return ka != "" && ka == RepositoryKey(b)
 }
 
 func TestRepositoryURLNormalisation(t *testing.T) {
@@ -61,7 +59,7 @@ func TestRepositoryURLNormalisation(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("%q vs %q", tc.a, tc.b), func(t *testing.T) {
 			if got := sameRepository(tc.a, tc.b); got != tc.same {
-				t.Errorf("sameRepository = %v (keys %q, %q), want %v", got, apps.RepositoryKey(tc.a), apps.RepositoryKey(tc.b), tc.same)
+				t.Errorf("sameRepository = %v (keys %q, %q), want %v", got, RepositoryKey(tc.a), RepositoryKey(tc.b), tc.same)
 			}
 			if got := sameRepository(tc.b, tc.a); got != tc.same {
 				t.Errorf("sameRepository reversed = %v, want %v", got, tc.same)
@@ -71,14 +69,14 @@ func TestRepositoryURLNormalisation(t *testing.T) {
 }
 
 func TestRevisionMatches(t *testing.T) {
-	branch := apps.Push{Ref: "refs/heads/main", Revision: "main", RefType: apps.RefBranch, DefaultBranch: "main", TouchedHead: true}
-	feature := apps.Push{Ref: "refs/heads/feature/x", Revision: "feature/x", RefType: apps.RefBranch, DefaultBranch: "main"}
-	tag := apps.Push{Ref: "refs/tags/v1", Revision: "v1", RefType: apps.RefTag, DefaultBranch: "main"}
-	bare := apps.Push{Ref: "v1", Revision: "v1", RefType: apps.RefUnknown}
+	branch := Push{Ref: "refs/heads/main", Revision: "main", RefType: RefBranch, DefaultBranch: "main", TouchedHead: true}
+	feature := Push{Ref: "refs/heads/feature/x", Revision: "feature/x", RefType: RefBranch, DefaultBranch: "main"}
+	tag := Push{Ref: "refs/tags/v1", Revision: "v1", RefType: RefTag, DefaultBranch: "main"}
+	bare := Push{Ref: "v1", Revision: "v1", RefType: RefUnknown}
 	sha := "fd489864e7642b48eaad6e3f155c10e46810ec72"
 	for _, tc := range []struct {
 		target string
-		push   apps.Push
+		push   Push
 		want   bool
 	}{
 		{"", branch, true}, {"HEAD", branch, true}, {"main", branch, true}, {"refs/heads/main", branch, true},
@@ -87,10 +85,10 @@ func TestRevisionMatches(t *testing.T) {
 		{"x", feature, false}, {"feature", feature, false},
 		{"v1", tag, true}, {"refs/tags/v1", tag, true}, {"refs/heads/v1", tag, false}, {"HEAD", tag, false},
 		{"v1", bare, true}, {"refs/tags/v1", bare, true}, {"refs/heads/v1", bare, true}, {"HEAD", bare, false},
-		{sha, apps.Push{Ref: sha, Revision: sha, RefType: apps.RefUnknown}, false},
-		{sha, apps.Push{Ref: "refs/heads/" + sha, Revision: sha, RefType: apps.RefBranch}, false},
+		{sha, Push{Ref: sha, Revision: sha, RefType: RefUnknown}, false},
+		{sha, Push{Ref: "refs/heads/" + sha, Revision: sha, RefType: RefBranch}, false},
 	} {
-		if got := apps.RevisionMatches(tc.target, tc.push); got != tc.want {
+		if got := RevisionMatches(tc.target, tc.push); got != tc.want {
 			t.Errorf("RevisionMatches(%q, push of %s) = %v, want %v", tc.target, tc.push.Ref, got, tc.want)
 		}
 	}
@@ -111,7 +109,7 @@ func FuzzRepositoryKey(f *testing.F) {
 		f.Add(s, "https://github.com/org/repo")
 	}
 	f.Fuzz(func(t *testing.T, a, b string) {
-		ka := apps.RepositoryKey(a)
+		ka := RepositoryKey(a)
 		if sameRepository(a, b) != sameRepository(b, a) {
 			t.Fatalf("sameRepository(%q, %q) is not symmetric", a, b)
 		}
@@ -134,7 +132,7 @@ func FuzzRepositoryKey(f *testing.F) {
 			"git://" + host + "/" + p + "/",
 			"https://user:secret@" + host + ":8443//" + p,
 		} {
-			if got := apps.RepositoryKey(v); got != ka {
+			if got := RepositoryKey(v); got != ka {
 				t.Fatalf("RepositoryKey(%q) = %q, want %q (the key of %q)", v, got, ka, a)
 			}
 		}

@@ -1,4 +1,4 @@
-package syncer
+package cluster
 
 import (
 	"errors"
@@ -10,10 +10,10 @@ import (
 
 func TestClusterRegistry(t *testing.T) {
 	ctx := t.Context()
-	r := NewClusterRegistry(
-		ClusterEntry{Name: "prod", Server: "https://prod.example:6443/", Config: &rest.Config{Host: "https://b.example:6443"}},
-		ClusterEntry{Name: "broken", Server: "https://broken.example", Err: errors.New("kubeconfig did not load")},
-		ClusterEntry{Name: "empty", Server: "https://empty.example"},
+	r := NewRegistry(
+		Entry{Name: "prod", Server: "https://prod.example:6443/", Config: &rest.Config{Host: "https://b.example:6443"}},
+		Entry{Name: "broken", Server: "https://broken.example", Err: errors.New("kubeconfig did not load")},
+		Entry{Name: "empty", Server: "https://empty.example"},
 	)
 	if server, err := r.ServerForName(ctx, "prod"); err != nil || server != "https://prod.example:6443" {
 		t.Errorf("ServerForName(prod) = %q, %v; want the server without its trailing slash", server, err)
@@ -38,7 +38,7 @@ func TestClusterRegistry(t *testing.T) {
 			"kubeconfig did not load"},
 		{"a cluster without a configuration says so", func() error { _, err := r.RESTConfig(ctx, "https://empty.example"); return err },
 			"has no client configuration"},
-		{"an empty registry says how to add a cluster", func() error { _, err := NewClusterRegistry().ServerForName(ctx, InClusterName); return err },
+		{"an empty registry says how to add a cluster", func() error { _, err := NewRegistry().ServerForName(ctx, InClusterName); return err },
 			"add the cluster to sync.clusters"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,4 +1,4 @@
-package syncer
+package cluster
 
 import (
 	"context"
@@ -8,10 +8,10 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// ClusterEntry is one cluster of a ClusterRegistry: the name and server URL
+// Entry is one cluster of a Registry: the name and server URL
 // Applications' destinations use, and deputy's own client configuration for
 // it, or why that could not be loaded.
-type ClusterEntry struct {
+type Entry struct {
 	// Name is the cluster's name (spec.destination.name).
 	Name string
 	// Server is the cluster's server URL (spec.destination.server); a
@@ -25,30 +25,35 @@ type ClusterEntry struct {
 	Err error
 }
 
+// InClusterServer and InClusterName are how Argo CD (and deputy) name the
+// cluster deputy runs in.
+const (
+	InClusterServer = "https://kubernetes.default.svc"
+	InClusterName   = "in-cluster"
+)
+
 // InCluster is the entry of the cluster deputy runs in (or the one a
 // kubeconfig names), registered as Argo CD names it: InClusterName at
 // InClusterServer. config is deputy's own identity there.
-func InCluster(config *rest.Config) ClusterEntry {
-	return ClusterEntry{Name: InClusterName, Server: InClusterServer, Config: config}
+func InCluster(config *rest.Config) Entry {
+	return Entry{Name: InClusterName, Server: InClusterServer, Config: config}
 }
 
-// ClusterRegistry is the Clusters of a fixed list of clusters (deputy's
+// Registry is the syncer.Clusters of a fixed list of clusters (deputy's
 // sync.clusters, loaded by the composition root): destination names resolve
 // to server URLs, server URLs to deputy's own client configuration for that
 // cluster. It is safe for concurrent use.
-type ClusterRegistry struct {
+type Registry struct {
 	names   map[string]string // name -> server
-	entries map[string]ClusterEntry
+	entries map[string]Entry
 	known   string // for messages
 }
 
-var _ Clusters = (*ClusterRegistry)(nil)
-
-// NewClusterRegistry returns the registry of entries; a later entry of the
+// NewRegistry returns the registry of entries; a later entry of the
 // same name or server replaces an earlier one. An empty registry resolves
 // no destination, and says how to add one.
-func NewClusterRegistry(entries ...ClusterEntry) *ClusterRegistry {
-	r := &ClusterRegistry{names: map[string]string{}, entries: map[string]ClusterEntry{}}
+func NewRegistry(entries ...Entry) *Registry {
+	r := &Registry{names: map[string]string{}, entries: map[string]Entry{}}
 	known := make([]string, 0, len(entries))
 	for _, e := range entries {
 		server := normalizeServer(e.Server)
@@ -65,11 +70,12 @@ func NewClusterRegistry(entries ...ClusterEntry) *ClusterRegistry {
 
 func normalizeServer(s string) string { return strings.TrimRight(s, "/") }
 
-// ServerForName implements Clusters.
+// ServerForName returns the server URL of the cluster registered as name
+// (spec.destination.name); it implements syncer.Clusters.
 //
 // Errors: no cluster of that name is registered (the message lists the
 // registered ones).
-func (r *ClusterRegistry) ServerForName(_ context.Context, name string) (string, error) {
+func (r *Registry) ServerForName(_ context.Context, name string) (string, error) {
 	server, ok := r.names[name]
 	if !ok {
 		return "", fmt.Errorf("cluster %q is not registered with deputy (registered: %s)", name, r.known)
@@ -77,11 +83,11 @@ func (r *ClusterRegistry) ServerForName(_ context.Context, name string) (string,
 	return server, nil
 }
 
-// RESTConfig implements Clusters: a copy of the entry's configuration.
+// RESTConfig implements syncer.Clusters: a copy of the entry's configuration.
 //
 // Errors: no cluster at server is registered, or its entry's Err (its
 // configuration did not load), or the entry has no configuration.
-func (r *ClusterRegistry) RESTConfig(_ context.Context, server string) (*rest.Config, error) {
+func (r *Registry) RESTConfig(_ context.Context, server string) (*rest.Config, error) {
 	e, ok := r.entries[normalizeServer(server)]
 	if !ok {
 		return nil, fmt.Errorf("cluster %s is not registered with deputy (registered: %s)", server, r.known)

@@ -1,4 +1,4 @@
-package syncer
+package cluster
 
 import (
 	"context"
@@ -11,30 +11,30 @@ import (
 	"deputy.dev/deputy/policy/v1alpha1"
 )
 
-// capabilities are what a Helm chart sees of its destination
+// Capabilities are what a Helm chart sees of its destination
 // (.Capabilities.KubeVersion and .Capabilities.APIVersions), read from the
 // discovery the operation made as its identity: Argo CD passes the
 // destination cluster's version and API versions to helm template unless
 // spec.source.helm sets kubeVersion or apiVersions.
-type capabilities struct {
-	// kubeVersion is the destination's GitVersion ("v1.37.2"); "" when
+type Capabilities struct {
+	// KubeVersion is the destination's GitVersion ("v1.37.2"); "" when
 	// /version could not be read (the render then takes Helm's default).
-	kubeVersion string
-	// apiVersions are "GROUP/VERSION" and "GROUP/VERSION/KIND" of every
+	KubeVersion string
+	// APIVersions are "GROUP/VERSION" and "GROUP/VERSION/KIND" of every
 	// served resource ("v1", "v1/ConfigMap" for the core group), sorted:
 	// the set helm's GetVersionSet builds from a live cluster.
-	apiVersions []string
+	APIVersions []string
 }
 
-// readCapabilities reads the destination's version with dc (made as the
+// ReadCapabilities reads the destination's version with dc (made as the
 // operation's identity; /version is public to every authenticated user
 // through system:public-info-viewer) and lists groups' versions and kinds.
 // A failure to read the version is not an error: the render falls back to
 // Helm's default, as `helm template` does offline.
-func readCapabilities(ctx context.Context, dc discovery.DiscoveryInterface, groups []*restmapper.APIGroupResources) (capabilities, error) {
-	var c capabilities
+func ReadCapabilities(ctx context.Context, dc discovery.DiscoveryInterface, groups []*restmapper.APIGroupResources) (Capabilities, error) {
+	var c Capabilities
 	if v, err := dc.ServerVersion(); err == nil {
-		c.kubeVersion = v.GitVersion
+		c.KubeVersion = v.GitVersion
 	} else if ctx.Err() != nil {
 		return c, ctx.Err()
 	}
@@ -55,33 +55,33 @@ func readCapabilities(ctx context.Context, dc discovery.DiscoveryInterface, grou
 		}
 	}
 	for v := range seen {
-		c.apiVersions = append(c.apiVersions, v)
+		c.APIVersions = append(c.APIVersions, v)
 	}
-	slices.Sort(c.apiVersions)
+	slices.Sort(c.APIVersions)
 	return c, nil
 }
 
 // withCapabilities returns src with spec.source.helm's kubeVersion and
 // apiVersions taken from the destination where the Application leaves them
 // empty (Argo CD's defaults). src.Helm is copied, never modified.
-func withCapabilities(src v1alpha1.ApplicationSource, c capabilities) v1alpha1.ApplicationSource {
+func withCapabilities(src v1alpha1.ApplicationSource, c Capabilities) v1alpha1.ApplicationSource {
 	h := src.Helm.DeepCopy()
 	if h == nil {
 		h = &v1alpha1.HelmSource{}
 	}
 	if h.KubeVersion == "" {
-		h.KubeVersion = c.kubeVersion
+		h.KubeVersion = c.KubeVersion
 	}
 	if len(h.APIVersions) == 0 {
-		h.APIVersions = c.apiVersions
+		h.APIVersions = c.APIVersions
 	}
 	src.Helm = h
 	return src
 }
 
-// appWithCapabilities returns a copy of app whose every source (spec.source,
+// AppWithCapabilities returns a copy of app whose every source (spec.source,
 // or each of spec.sources) has withCapabilities' defaults.
-func appWithCapabilities(app *v1alpha1.Application, c capabilities) *v1alpha1.Application {
+func AppWithCapabilities(app *v1alpha1.Application, c Capabilities) *v1alpha1.Application {
 	app = app.DeepCopy()
 	if app.Spec.HasMultipleSources() {
 		for i := range app.Spec.Sources {

@@ -1,0 +1,211 @@
+package apps
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/util/retry"
+
+	"deputy.dev/deputy/policy/v1alpha1"
+	"deputy.dev/deputy/syncer"
+)
+
+// Drift detection (cluster mode, the leader): every ReconcilePeriod, when an
+// Application's spec changes, when an operation of it ends, and shortly
+// after an object it tracks changes in its destination (LiveChanged), the
+// controller compares the live state with what Git renders
+// (ControllerOptions.Comparer: as the derived ServiceAccount, from the
+// engine's shared metadata informers, never per object), writes
+// status.sync (OutOfSync/Synced and the revisions compared with) and
+// status.resources (each Synced or OutOfSync, with why), and an automated
+// Application with selfHeal syncs when it drifted (Argo CD's semantics).
+
+const (
+	// liveChangeDelay gathers the events of one change (kubectl apply of
+	// several objects) into one comparison.
+	liveChangeDelay = time.Second
+	// selfHealInterval is the least time between two automated syncs of one
+	// Application that selfHeal starts (Argo CD's selfHealTimeoutSeconds
+	// default, 5 s): a sync that cannot repair the drift does not loop.
+	selfHealInterval = 5 * time.Second
+)
+
+// LiveChanged tells the controller that an object Application
+// namespace/name tracks changed in its destination (the Engine's
+// EngineOptions.OnLiveChange): the leader compares it again within about a
+// second. It never blocks; it does nothing on a replica that does not lead.
+func (c *Controller) LiveChanged(namespace, name string) {
+	key := appKey(namespace, name)
+	c.mu.Lock()
+	q := c.queue
+	if q != nil {
+		c.liveDue[key] = true
+	}
+	c.mu.Unlock()
+	if q != nil {
+		q.AddAfter(key, liveChangeDelay)
+	}
+}
+
+// look compares app with Git when a comparison is due (full: resolve the
+// target revisions again; else the ones resolved last), writes the result
+// to its status, and lets autoSync decide on an automated sync.
+func (c *Controller) look(ctx context.Context, app *v1alpha1.Application, full bool) error {
+	key := appKey(app.Namespace, app.Name)
+	project, err := c.opts.Projects(app)
+	if err != nil {
+		c.log.Warn("the Application's AppProject is not usable; not compared, no automated sync", "application", key, "error", err.Error())
+		return nil // looked at again next period
+	}
+	c.mu.Lock()
+	shas, known := c.revs[key]
+	c.mu.Unlock()
+	if full || !known {
+		if shas, err = c.opts.Revisions.ResolveRevisions(ctx, app, project); err != nil {
+			c.log.Warn("cannot resolve the target revision; not compared, no automated sync", "application", key, "error", err.Error())
+			return nil // looked at again next period
+		}
+		c.mu.Lock()
+		c.revs[key] = shas
+		c.mu.Unlock()
+	}
+	var cmp *syncer.Comparison
+	if c.opts.Comparer != nil {
+		var cmpErr error
+		cmp, cmpErr = c.opts.Comparer.Compare(ctx, app, project, shas)
+		if cmpErr != nil && ctx.Err() != nil {
+			return nil // this term ends
+		}
+		if err := c.writeComparison(ctx, app, cmp, cmpErr); err != nil {
+			return err
+		}
+		if cmpErr != nil {
+			c.log.Info("cannot compare the live state with Git", "application", key, "error", cmpErr.Error())
+			cmp = nil
+		}
+	}
+	if automated(app) == nil {
+		return nil
+	}
+	return c.autoSync(ctx, app, project, shas, cmp)
+}
+
+// writeComparison writes a comparison (or why there is none) to the
+// status: status.sync, status.resources (keeping the health the last
+// operation recorded for each), reconciledAt and the ComparisonError
+// condition. Nothing is written when nothing but reconciledAt would change:
+// a steady Application costs no write per period.
+func (c *Controller) writeComparison(ctx context.Context, app *v1alpha1.Application, cmp *syncer.Comparison, cmpErr error) error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		u, err := c.client.Namespace(app.Namespace).Get(ctx, app.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if u.GetUID() != app.UID || u.GetDeletionTimestamp() != nil {
+			return nil
+		}
+		var status v1alpha1.ApplicationStatus
+		if raw, ok := u.Object["status"].(map[string]any); ok {
+			_ = runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &status) // a bad old status is replaced
+		}
+		before := status.DeepCopy()
+		applyComparison(&status, app, cmp, cmpErr, metav1.Now())
+		before.ReconciledAt = status.ReconciledAt
+		if equality.Semantic.DeepEqual(before, &status) {
+			return nil
+		}
+		content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&status)
+		if err != nil {
+			return err
+		}
+		u.Object["status"] = content
+		_, err = c.client.Namespace(app.Namespace).UpdateStatus(ctx, u, metav1.UpdateOptions{FieldManager: syncer.FieldManager})
+		return err
+	})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// applyComparison sets the comparison's part of status.
+func applyComparison(status *v1alpha1.ApplicationStatus, app *v1alpha1.Application, cmp *syncer.Comparison, cmpErr error, now metav1.Time) {
+	status.ReconciledAt = &now
+	if cmpErr != nil || cmp == nil {
+		msg := "the live state was not compared with Git"
+		if cmpErr != nil {
+			msg = cmpErr.Error()
+		}
+		status.Sync.Status = v1alpha1.SyncStatusCodeUnknown
+		setCondition(status, v1alpha1.ApplicationConditionComparisonError, msg)
+		return
+	}
+	setCondition(status, v1alpha1.ApplicationConditionComparisonError, "")
+	status.Sync = v1alpha1.SyncStatus{Status: cmp.Status}
+	if app.Spec.HasMultipleSources() {
+		status.Sync.Revisions = slices.Clone(cmp.Revisions)
+	} else if len(cmp.Revisions) > 0 {
+		status.Sync.Revision = cmp.Revisions[0]
+	}
+	health := map[string]*v1alpha1.HealthStatus{}
+	for _, r := range status.Resources {
+		health[resourceStatusKey(r)] = r.Health
+	}
+	resources := make([]v1alpha1.ResourceStatus, 0, min(len(cmp.Resources), MaxStatusResources))
+	for _, r := range cmp.Resources {
+		if len(resources) == MaxStatusResources {
+			break
+		}
+		r.Health = health[resourceStatusKey(r)]
+		resources = append(resources, r)
+	}
+	status.Resources = resources
+}
+
+func resourceStatusKey(r v1alpha1.ResourceStatus) string {
+	return strings.Join([]string{r.Group, r.Kind, r.Namespace, r.Name}, "/")
+}
+
+// selfHealState is when selfHeal last synced an Application, and how many
+// times in a row without reaching Synced.
+type selfHealState struct {
+	at time.Time
+	n  int
+}
+
+// selfHealWait is how long selfHeal waits before its next sync of key, or
+// 0 when it may sync now (and then counts this sync): selfHealInterval,
+// doubling with each sync in a row that did not reach Synced, at most the
+// ReconcilePeriod.
+func (c *Controller) selfHealWait(key string, now time.Time) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.selfHeal[key]
+	interval := selfHealInterval
+	for i := 1; i < st.n && interval < c.opts.ReconcilePeriod; i++ {
+		interval *= 2
+	}
+	interval = min(interval, c.opts.ReconcilePeriod)
+	if wait := st.at.Add(interval).Sub(now); st.n > 0 && wait > 0 {
+		return wait
+	}
+	c.selfHeal[key] = selfHealState{at: now, n: st.n + 1}
+	return 0
+}
+
+// onlyPruning reports whether every OutOfSync resource of cmp is one prune
+// would delete.
+func onlyPruning(cmp *syncer.Comparison) bool {
+	for _, r := range cmp.Resources {
+		if r.Status != v1alpha1.SyncStatusCodeSynced && !r.RequiresPruning {
+			return false
+		}
+	}
+	return true
+}

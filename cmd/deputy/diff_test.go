@@ -52,6 +52,9 @@ func (d *cliDiffer) Diff(_ context.Context, req syncer.DiffRequest) (*v1alpha1.A
 	d.mu.Unlock()
 	out := &v1alpha1.ApplicationDiff{Namespace: req.Application.Namespace, Name: req.Application.Name,
 		Revisions: []string{"0123abc"}, Identity: "system:serviceaccount:guestbook:guestbook-deployer"}
+	if req.Application.Name == "guestbook" {
+		out.Warnings = []string{"system:serviceaccount:guestbook:guestbook-deployer may not list secrets in guestbook: the Secrets to prune there are unknown"}
+	}
 	svc := v1alpha1.ResourceDiff{Version: "v1", Kind: "Service", Namespace: "guestbook", Name: "web", Action: v1alpha1.DiffActionUnchanged}
 	web := v1alpha1.ResourceDiff{Group: "apps", Version: "v1", Kind: "Deployment", Namespace: "guestbook", Name: "web", Action: v1alpha1.DiffActionUpdate, Diff: webDiff}
 	switch req.Application.Name {
@@ -65,7 +68,8 @@ func (d *cliDiffer) Diff(_ context.Context, req syncer.DiffRequest) (*v1alpha1.A
 			{Version: "v1", Kind: "Namespace", Name: "guestbook", Action: v1alpha1.DiffActionUnchanged},
 			{Version: "v1", Kind: "ConfigMap", Namespace: "guestbook", Name: "config", Action: v1alpha1.DiffActionCreate, Diff: configDiff},
 			web, svc,
-			{Version: "v1", Kind: "ConfigMap", Namespace: "guestbook", Name: "old", Action: v1alpha1.DiffActionPrune, Diff: oldDiff},
+			{Version: "v1", Kind: "ConfigMap", Namespace: "guestbook", Name: "old", Action: v1alpha1.DiffActionPrune, Diff: oldDiff,
+				Message: "tracked by this Application (deputy.dev/tracking-id) but no longer rendered: a sync with prune deletes it"},
 		}
 	}
 	return out, nil
@@ -80,8 +84,11 @@ func (d *cliDiffer) requests() []syncer.DiffRequest {
 func TestDiffPrintsEveryChangeAndExits1(t *testing.T) {
 	s := startSyncServer(t, nil, nil)
 	code, out, errOut := runCLI(t, "diff", "guestbook/guestbook", "--server", s.url, "--cacert", s.caFile, "--token-file", writeToken(t, syncAliceToken))
-	if code != 1 || errOut != "" {
+	if code != 1 {
 		t.Fatalf("exit %d, want 1\n%s%s", code, out, errOut)
+	}
+	if want := "Warning: system:serviceaccount:guestbook:guestbook-deployer may not list secrets in guestbook: the Secrets to prune there are unknown\n"; errOut != want {
+		t.Errorf("stderr %q, want the warning %q", errOut, want)
 	}
 	want := "===== v1/ConfigMap guestbook/config (create)\n" + configDiff +
 		"===== apps/Deployment guestbook/web (update)\n" + webDiff +

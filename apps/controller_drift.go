@@ -99,8 +99,9 @@ func (c *Controller) look(ctx context.Context, app *v1alpha1.Application, full b
 // writeComparison writes a comparison (or why there is none) to the
 // status: status.sync, status.resources (keeping the health the last
 // operation recorded for each), reconciledAt and the ComparisonError
-// condition. Nothing is written when nothing but reconciledAt would change:
-// a steady Application costs no write per period.
+// condition. Once reconciledAt is set, nothing is written when nothing but
+// reconciledAt would change: a steady Application costs no write per
+// period.
 func (c *Controller) writeComparison(ctx context.Context, app *v1alpha1.Application, cmp *syncer.Comparison, cmpErr error) error {
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		u, err := c.client.Namespace(app.Namespace).Get(ctx, app.Name, metav1.GetOptions{})
@@ -116,9 +117,11 @@ func (c *Controller) writeComparison(ctx context.Context, app *v1alpha1.Applicat
 		}
 		before := status.DeepCopy()
 		applyComparison(&status, app, cmp, cmpErr, metav1.Now())
-		before.ReconciledAt = status.ReconciledAt
-		if equality.Semantic.DeepEqual(before, &status) {
-			return nil
+		if before.ReconciledAt != nil {
+			before.ReconciledAt = status.ReconciledAt
+			if equality.Semantic.DeepEqual(before, &status) {
+				return nil
+			}
 		}
 		content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&status)
 		if err != nil {

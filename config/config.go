@@ -68,7 +68,8 @@ type Sync struct {
 	// CacheDir holds the Git clones. Default .deputy/repos.
 	CacheDir string `json:"cacheDir,omitempty"`
 	// Parallelism is how many operations (of different Applications) run at
-	// once; more wait their turn. Default 8.
+	// once; more wait their turn. It also bounds, apart, the diffs one
+	// process computes at once (more are refused: 429). Default 8.
 	Parallelism int `json:"parallelism,omitempty"`
 	// ApplicationNamespaces are the namespaces whose Applications deputy
 	// reconciles in cluster mode; empty means every namespace.

@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/lru"
 
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer/diff"
@@ -79,8 +78,7 @@ func (e *Engine) Diff(ctx context.Context, req DiffRequest) (out *v1alpha1.Appli
 	})
 	for _, c := range seen.candidates {
 		out.Resources = append(out.Resources, v1alpha1.ResourceDiff{Group: c.scope.gvk.Group, Version: c.scope.gvk.Version, Kind: c.scope.gvk.Kind,
-			Namespace: c.namespace, Name: c.name, Action: v1alpha1.DiffActionPrune,
-			Message: "tracked by this Application (" + TrackingAnnotation + ") but no longer rendered: a sync with prune deletes it"})
+			Namespace: c.namespace, Name: c.name, Action: v1alpha1.DiffActionPrune})
 	}
 	return out, nil
 }
@@ -133,39 +131,6 @@ func (op *operation) diffOne(ctx context.Context, cl *clients, p *plan, seen *ob
 func resourceDiff(o *planObject, action, text, message string) v1alpha1.ResourceDiff {
 	return v1alpha1.ResourceDiff{Group: o.gvk.Group, Version: o.gvk.Version, Kind: o.gvk.Kind, Namespace: o.namespace(), Name: o.name(),
 		Action: action, Diff: text, Message: message}
-}
-
-// renderCache keeps what an Application rendered at given revisions, for
-// Compare: drift detection looks at every Application every reconcile
-// period and on every change of a tracked object, and rendering each time
-// would start a render worker each time. At most maxCachedRenders entries
-// (least recently used go first); it hands out deep copies (plan changes
-// the objects it is given).
-type renderCache struct{ lru *lru.Cache }
-
-func (c renderCache) get(key string) ([]*unstructured.Unstructured, bool) {
-	if key == "" {
-		return nil, false
-	}
-	v, ok := c.lru.Get(key)
-	if !ok {
-		return nil, false
-	}
-	return deepCopies(v.([]*unstructured.Unstructured)), true
-}
-
-func (c renderCache) put(key string, objs []*unstructured.Unstructured) {
-	if key != "" {
-		c.lru.Add(key, deepCopies(objs))
-	}
-}
-
-func deepCopies(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
-	out := make([]*unstructured.Unstructured, len(objs))
-	for i, o := range objs {
-		out[i] = o.DeepCopy()
-	}
-	return out
 }
 
 // sortResourceStatuses orders status.resources as Argo CD lists them:
@@ -284,10 +249,6 @@ func (op *operation) drift(o *planObject, live *liveObject) string {
 	}
 	return ""
 }
-
-// maxCachedRenders bounds Compare's render cache (entries: one per
-// Application and revisions).
-const maxCachedRenders = 4096
 
 // clientCacheTTL is how long Compare reuses an identity's clients (and
 // their discovery) before building them again.

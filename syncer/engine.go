@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/lru"
 
 	"deputy.dev/deputy/policy"
 	"deputy.dev/deputy/policy/v1alpha1"
@@ -113,7 +112,7 @@ type Engine struct {
 	// scope, as each identity); renders and comparers cache its renders and
 	// clients.
 	live      *livestate.Cache
-	renders   renderCache
+	renders   *source.RenderCache
 	comparers clientCache
 }
 
@@ -141,7 +140,7 @@ func NewEngine(opts EngineOptions) (*Engine, error) {
 		opts.Now = time.Now
 	}
 	opts.Source.Limits = sources.Limits()
-	e := &Engine{opts: opts, sources: sources, renders: renderCache{lru: lru.New(maxCachedRenders)}}
+	e := &Engine{opts: opts, sources: sources, renders: source.NewRenderCache()}
 	e.live, err = livestate.New(livestate.Options{NewClient: e.liveClient, TrackingAnnotation: TrackingAnnotation,
 		OnChange: e.liveChanged, Logger: opts.Logger})
 	if err != nil {

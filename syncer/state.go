@@ -126,7 +126,7 @@ func (op *operation) render(ctx context.Context, cl *clients) ([]*unstructured.U
 	if op.comparing {
 		key = renderKey(app, op.req.Sync)
 	}
-	if objs, ok := op.e.renders.get(key); ok {
+	if objs, ok := op.e.renders.Get(key); ok {
 		revs := op.req.Sync.Revisions
 		if len(revs) == 0 {
 			revs = []string{op.req.Sync.Revision}
@@ -140,7 +140,7 @@ func (op *operation) render(ctx context.Context, cl *clients) ([]*unstructured.U
 	}
 	op.setRevisions(r.Revisions)
 	if err == nil {
-		op.e.renders.put(key, r.Objects)
+		op.e.renders.Put(key, r.Objects)
 	}
 	return r.Objects, err
 }

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"deputy.dev/deputy/apiclient"
 	"deputy.dev/deputy/policy/v1alpha1"
 )
 
@@ -39,9 +42,11 @@ For every object a sync would change, a header line
 (the version for the core group: v1/ConfigMap), then the unified diff from
 the live object to what the sync would leave. An object to create is a diff
 from nothing; an object to prune (tracked by this Application, no longer in
-Git) one to nothing: a sync deletes it with --prune. Unchanged objects are
-not shown; the last line counts every action. A Secret's values are never
-shown, only which keys change. Hooks are not included.
+Git: a sync with --prune deletes it) has its header only. Unchanged objects
+are not shown; the last line counts every action. A Secret's values are
+never shown, only which keys change. Hooks are not included. deputy's
+warnings (what it could not look at, e.g. a kind the ServiceAccount may not
+list: objects to prune there are unknown) go to stderr.
 
 Exit code 0 means a sync would change nothing, 1 that it would change
 something, 2 an error: deputy refused or could not compute the diff, or some
@@ -102,7 +107,10 @@ func runDiff(cmd *cobra.Command, ref string, f *diffFlags) error {
 	}
 	d, err := client.Diff(cmd.Context(), ns, name, diffOperation(f.revisions))
 	if err != nil {
-		return explainAPIError(err, opts, diffCall)
+		return explainRevisions(explainAPIError(err, opts, diffCall))
+	}
+	for _, w := range d.Warnings {
+		fmt.Fprintln(cmd.ErrOrStderr(), "Warning:", w)
 	}
 	out := cmd.OutOrStdout()
 	if f.output == "json" {
@@ -113,6 +121,23 @@ func runDiff(cmd *cobra.Command, ref string, f *diffFlags) error {
 		printDiff(out, d)
 	}
 	return diffExit(d)
+}
+
+// explainRevisions says how to give --revision when deputy refused the
+// revisions for the Application's sources (its message speaks of the API's
+// revision and revisions).
+func explainRevisions(err error) error {
+	var apiErr *apiclient.StatusError
+	if !errors.As(err, &apiErr) || apiErr.Status.Code != http.StatusUnprocessableEntity {
+		return err
+	}
+	switch msg := apiErr.Status.Message; {
+	case strings.HasPrefix(msg, "revisions is for an Application with spec.sources"):
+		return fmt.Errorf("%w\n(this Application has spec.source: give --revision once)", err)
+	case strings.Contains(msg, "(spec.sources): send"):
+		return fmt.Errorf("%w\n(give --revision once per source, in order; --revision \"\" keeps that source's targetRevision)", err)
+	}
+	return err
 }
 
 // diffExit is the command's outcome for d: exit 2 when some resource could
@@ -183,12 +208,12 @@ func diffResourceName(r v1alpha1.ResourceDiff) string {
 	return gk + " " + r.Name
 }
 
-// diffHeaderAction is the header's parenthesis: the action, what prune
-// means, and the resource's message.
+// diffHeaderAction is the header's parenthesis: the action, and what prune
+// means or the resource's message.
 func diffHeaderAction(r v1alpha1.ResourceDiff) string {
 	s := r.Action
 	if r.Action == v1alpha1.DiffActionPrune {
-		s += ": tracked by this Application, no longer in Git"
+		return s + ": tracked by this Application, no longer in Git"
 	}
 	if msg := strings.TrimSpace(r.Message); msg != "" {
 		s += ": " + strings.ReplaceAll(msg, "\n", " ")

@@ -8,7 +8,9 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"deputy.dev/deputy/apiclient"
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer"
 )
@@ -50,6 +52,9 @@ func (d *cliDiffer) Diff(_ context.Context, req syncer.DiffRequest) (*v1alpha1.A
 	d.mu.Unlock()
 	out := &v1alpha1.ApplicationDiff{Namespace: req.Application.Namespace, Name: req.Application.Name,
 		Revisions: []string{"0123abc"}, Identity: "system:serviceaccount:guestbook:guestbook-deployer"}
+	if req.Application.Name == "guestbook" {
+		out.Warnings = []string{"system:serviceaccount:guestbook:guestbook-deployer may not list secrets in guestbook: the Secrets to prune there are unknown"}
+	}
 	svc := v1alpha1.ResourceDiff{Version: "v1", Kind: "Service", Namespace: "guestbook", Name: "web", Action: v1alpha1.DiffActionUnchanged}
 	web := v1alpha1.ResourceDiff{Group: "apps", Version: "v1", Kind: "Deployment", Namespace: "guestbook", Name: "web", Action: v1alpha1.DiffActionUpdate, Diff: webDiff}
 	switch req.Application.Name {
@@ -63,7 +68,8 @@ func (d *cliDiffer) Diff(_ context.Context, req syncer.DiffRequest) (*v1alpha1.A
 			{Version: "v1", Kind: "Namespace", Name: "guestbook", Action: v1alpha1.DiffActionUnchanged},
 			{Version: "v1", Kind: "ConfigMap", Namespace: "guestbook", Name: "config", Action: v1alpha1.DiffActionCreate, Diff: configDiff},
 			web, svc,
-			{Version: "v1", Kind: "ConfigMap", Namespace: "guestbook", Name: "old", Action: v1alpha1.DiffActionPrune, Diff: oldDiff},
+			{Version: "v1", Kind: "ConfigMap", Namespace: "guestbook", Name: "old", Action: v1alpha1.DiffActionPrune, Diff: oldDiff,
+				Message: "tracked by this Application (deputy.dev/tracking-id) but no longer rendered: a sync with prune deletes it"},
 		}
 	}
 	return out, nil
@@ -78,8 +84,11 @@ func (d *cliDiffer) requests() []syncer.DiffRequest {
 func TestDiffPrintsEveryChangeAndExits1(t *testing.T) {
 	s := startSyncServer(t, nil, nil)
 	code, out, errOut := runCLI(t, "diff", "guestbook/guestbook", "--server", s.url, "--cacert", s.caFile, "--token-file", writeToken(t, syncAliceToken))
-	if code != 1 || errOut != "" {
+	if code != 1 {
 		t.Fatalf("exit %d, want 1\n%s%s", code, out, errOut)
+	}
+	if want := "Warning: system:serviceaccount:guestbook:guestbook-deployer may not list secrets in guestbook: the Secrets to prune there are unknown\n"; errOut != want {
+		t.Errorf("stderr %q, want the warning %q", errOut, want)
 	}
 	want := "===== v1/ConfigMap guestbook/config (create)\n" + configDiff +
 		"===== apps/Deployment guestbook/web (update)\n" + webDiff +
@@ -147,7 +156,7 @@ func TestDiffSendsTheRevisions(t *testing.T) {
 	// Several --revision are revisions, one per source: guestbook has
 	// spec.source, so deputy refuses them, naming the fix.
 	code, _, errOut := runCLI(t, "diff", "guestbook/guestbook", "--revision", "", "--revision", "v2", "--server", s.url, "--cacert", s.caFile)
-	if code != 2 || !strings.Contains(errOut, "revisions is for an Application with spec.sources") {
+	if code != 2 || !strings.Contains(errOut, "revisions is for an Application with spec.sources") || !strings.Contains(errOut, "give --revision once)") {
 		t.Errorf("exit %d, stderr %s", code, errOut)
 	}
 	reqs := s.differ.requests()
@@ -168,5 +177,21 @@ func TestDiffJSONIsTheApplicationDiff(t *testing.T) {
 	}
 	if d.Kind != v1alpha1.KindApplicationDiff || d.APIVersion != v1alpha1.SchemeGroupVersion.String() || len(d.Resources) != 5 || d.Resources[4].Diff != oldDiff {
 		t.Errorf("diff %+v", d)
+	}
+}
+
+func TestExplainRevisionsForSpecSources(t *testing.T) {
+	for _, msg := range []string{
+		`revision names one revision, but the Application has 2 sources (spec.sources): send revisions, one per source in order ("" keeps a source's targetRevision), or no revision`,
+		"revisions has 1 revisions, but the Application has 2 sources (spec.sources): send one per source in order",
+	} {
+		err := explainRevisions(&apiclient.StatusError{Status: metav1.Status{Code: 422, Message: msg}})
+		if !strings.Contains(err.Error(), msg) || !strings.Contains(err.Error(), "give --revision once per source, in order") {
+			t.Errorf("%s", err)
+		}
+	}
+	other := &apiclient.StatusError{Status: metav1.Status{Code: 422, Message: `kustomize build failed`}}
+	if err := explainRevisions(other); err != other {
+		t.Errorf("another 422 changed: %v", err)
 	}
 }

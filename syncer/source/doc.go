@@ -13,7 +13,8 @@
 // together), as the sync engine and `deputy render` both do. Local repositories are opened by
 // its sub-package localrepo.
 // Its entry points are New (Options) → Cache, Cache.Render (→ Rendered),
-// RenderApplication (→ RenderedApplication),
+// RenderApplication (→ RenderedApplication), RenderCache (bounded, for drift
+// detection's repeated renders),
 // Cache.ResolveRevision, CheckSupported, WithProject, and the render worker hook
 // (IsRenderWorker, RenderWorkerMain). The name is the Application field's,
 // spec.source (policy.FileSource and policy/clustersource are something

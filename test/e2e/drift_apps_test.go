@@ -83,10 +83,13 @@ func TestDriftDiffAndSelfHealInClusterMode(t *testing.T) {
 	app := wavesApplication("drift", repo.dir, "drift")
 	app.Operation = &v1alpha1.Operation{Sync: &v1alpha1.SyncOperation{Prune: true}, InitiatedBy: v1alpha1.InitiatedBy{Username: "e2e"}}
 	createWavesApplication(t, app)
-	synced := waitSyncStatus(t, "drift", v1alpha1.SyncStatusCodeSynced, 2*time.Minute)
-	if synced.Status.ReconciledAt == nil {
-		t.Errorf("status.reconciledAt is not set: %+v", synced.Status)
-	}
+	waitSyncStatus(t, "drift", v1alpha1.SyncStatusCodeSynced, 2*time.Minute)
+	eventuallyWithin(t, "the first comparison sets status.reconciledAt", driftPeriod, func() error {
+		if st := getApplication(t, wavesAppNS, "drift").Status; st.ReconciledAt == nil {
+			return fmt.Errorf("status %+v", st)
+		}
+		return nil
+	})
 
 	t.Run("deputy diff after a sync shows nothing and exits 0", func(t *testing.T) {
 		out, code := deputyDiff(t, replica, "drift")

@@ -52,7 +52,7 @@ func scaleEnabled() bool { return os.Getenv("DEPUTY_SCALE") == "1" }
 
 // TestDriftAtScale measures drift detection at scale (issue 16). It is
 // skipped unless DEPUTY_SCALE=1, so `make test` and CI never run it: with
-// the defaults it takes 20–40 minutes of a 2-core machine. Run it alone:
+// the defaults it takes 11–15 minutes of a 2-core machine. Run it alone:
 //
 //	cd test && DEPUTY_SCALE=1 DEPUTY_BIN=$PWD/../bin/deputy KUBEBUILDER_ASSETS=$PWD/../bin \
 //	  go test -run TestDriftAtScale -timeout 90m -v ./e2e/
@@ -73,7 +73,7 @@ func scaleEnabled() bool { return os.Getenv("DEPUTY_SCALE") == "1" }
 // compares.
 func TestDriftAtScale(t *testing.T) {
 	if !scaleEnabled() {
-		t.Skip("issue 16's scale measurement: set DEPUTY_SCALE=1 (20–40 minutes; see the doc comment)")
+		t.Skip("issue 16's scale measurement: set DEPUTY_SCALE=1 (11–15 minutes; see the doc comment)")
 	}
 	nApps := envInt(t, "DEPUTY_SCALE_APPS", 1000)
 	nNS := envInt(t, "DEPUTY_SCALE_NAMESPACES", 100)

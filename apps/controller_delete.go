@@ -279,6 +279,22 @@ func (c *Controller) removeFinalizer(ctx context.Context, app *v1alpha1.Applicat
 // status; it writes only when that changes something (the same failure
 // again writes nothing), and nothing to a replaced or deleted Application.
 func (c *Controller) writeDeletionCondition(ctx context.Context, app *v1alpha1.Application, message string) error {
+	return c.updateStatus(ctx, app, func(status *v1alpha1.ApplicationStatus) bool {
+		if !setCondition(status, v1alpha1.ApplicationConditionDeletionError, message) {
+			return false
+		}
+		if status.Sync.Status == "" {
+			status.Sync.Status = v1alpha1.SyncStatusCodeUnknown
+		}
+		return true
+	})
+}
+
+// updateStatus reads app's status, lets change modify it, and writes it
+// when change reports a change, re-reading on conflicts. It writes nothing
+// to a replaced (another UID) or deleted Application; a status that does
+// not decode is replaced.
+func (c *Controller) updateStatus(ctx context.Context, app *v1alpha1.Application, change func(*v1alpha1.ApplicationStatus) bool) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		u, err := c.client.Namespace(app.Namespace).Get(ctx, app.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -294,11 +310,8 @@ func (c *Controller) writeDeletionCondition(ctx context.Context, app *v1alpha1.A
 		if raw, ok := u.Object["status"].(map[string]any); ok {
 			_ = runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &status)
 		}
-		if !setCondition(&status, v1alpha1.ApplicationConditionDeletionError, message) {
+		if !change(&status) {
 			return nil
-		}
-		if status.Sync.Status == "" {
-			status.Sync.Status = v1alpha1.SyncStatusCodeUnknown
 		}
 		content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&status)
 		if err != nil {

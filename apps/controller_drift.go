@@ -7,10 +7,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/util/retry"
 
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer"
@@ -103,38 +100,18 @@ func (c *Controller) look(ctx context.Context, app *v1alpha1.Application, full b
 // reconciledAt would change: a steady Application costs no write per
 // period.
 func (c *Controller) writeComparison(ctx context.Context, app *v1alpha1.Application, cmp *syncer.Comparison, cmpErr error) error {
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		u, err := c.client.Namespace(app.Namespace).Get(ctx, app.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if u.GetUID() != app.UID || u.GetDeletionTimestamp() != nil {
-			return nil
-		}
-		var status v1alpha1.ApplicationStatus
-		if raw, ok := u.Object["status"].(map[string]any); ok {
-			_ = runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &status) // a bad old status is replaced
-		}
-		before := status.DeepCopy()
-		applyComparison(&status, app, cmp, cmpErr, metav1.Now())
-		if before.ReconciledAt != nil {
-			before.ReconciledAt = status.ReconciledAt
-			if equality.Semantic.DeepEqual(before, &status) {
-				return nil
-			}
-		}
-		content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&status)
-		if err != nil {
-			return err
-		}
-		u.Object["status"] = content
-		_, err = c.client.Namespace(app.Namespace).UpdateStatus(ctx, u, metav1.UpdateOptions{FieldManager: syncer.FieldManager})
-		return err
-	})
-	if apierrors.IsNotFound(err) {
+	if app.DeletionTimestamp != nil {
 		return nil
 	}
-	return err
+	return c.updateStatus(ctx, app, func(status *v1alpha1.ApplicationStatus) bool {
+		before := status.DeepCopy()
+		applyComparison(status, app, cmp, cmpErr, metav1.Now())
+		if before.ReconciledAt == nil {
+			return true
+		}
+		before.ReconciledAt = status.ReconciledAt
+		return !equality.Semantic.DeepEqual(before, status)
+	})
 }
 
 // applyComparison sets the comparison's part of status.

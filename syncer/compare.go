@@ -190,7 +190,9 @@ func (e *Engine) Compare(ctx context.Context, app *v1alpha1.Application, project
 	if err != nil {
 		return nil, err
 	}
-	seen, problems := op.observe(ctx, cl, listTargets(p), p.rendered)
+	targets := listTargets(p)
+	e.watching.set(op.tracking, op.server, cl.impersonated, targets, e.opts.Now())
+	seen, problems := op.observe(ctx, cl, targets, p.rendered)
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("cannot compare the live state with Git as %s (%d problems): %s; grant list and watch on them to the ServiceAccount",
 			cl.who, len(problems), listSome(problems))
@@ -327,12 +329,66 @@ func (e *Engine) liveClient(ctx context.Context, s livestate.Scope) (metadata.In
 }
 
 // liveChanged is livestate's OnChange: tracking is an Application's
-// "NAMESPACE/NAME".
-func (e *Engine) liveChanged(tracking string) {
+// "NAMESPACE/NAME", as the changed object names it. Whoever may write an
+// object can write any value there: only a change in a scope the
+// Application's last comparison read (its kinds and namespaces, as its
+// ServiceAccount) is the Application's; others are ignored, so that a
+// tenant editing its own objects cannot make deputy compare another's
+// Application.
+func (e *Engine) liveChanged(tracking string, s livestate.Scope) {
 	ns, name, ok := strings.Cut(tracking, "/")
-	if ok && e.opts.OnLiveChange != nil {
+	if ok && e.opts.OnLiveChange != nil && e.watching.has(tracking, s) {
 		e.opts.OnLiveChange(ns, name)
 	}
+}
+
+// watchedScopesTTL is how long an Application's scopes are kept after its
+// last comparison (as long as livestate keeps an unused scope).
+const watchedScopesTTL = livestate.DefaultIdleTimeout
+
+// watchedScopes holds, per Application tracking value, the scopes its last
+// comparison read. Entries not refreshed within watchedScopesTTL (an
+// Application deleted, or no longer compared) are dropped.
+type watchedScopes struct {
+	mu    sync.Mutex
+	items map[string]watched
+	swept time.Time
+}
+
+type watched struct {
+	scopes map[livestate.Scope]bool
+	at     time.Time
+}
+
+// set records the scopes of targets (on server, as identity) as
+// tracking's, replacing the previous ones.
+func (w *watchedScopes) set(tracking, server, identity string, targets []listTarget, now time.Time) {
+	scopes := make(map[livestate.Scope]bool, len(targets))
+	for _, t := range targets {
+		scopes[livestate.Scope{Server: server, Identity: identity, GVR: t.gvr, Namespace: t.namespace}] = true
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.items == nil {
+		w.items = map[string]watched{}
+	}
+	if now.Sub(w.swept) > watchedScopesTTL/4 {
+		for k, v := range w.items {
+			if now.Sub(v.at) > watchedScopesTTL {
+				delete(w.items, k)
+			}
+		}
+		w.swept = now
+	}
+	w.items[tracking] = watched{scopes: scopes, at: now}
+}
+
+// has reports whether s is one of the scopes tracking's last comparison
+// read.
+func (w *watchedScopes) has(tracking string, s livestate.Scope) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.items[tracking].scopes[s]
 }
 
 // listLive is op.list for Compare: the scope from the live-state cache, as

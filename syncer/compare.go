@@ -203,7 +203,9 @@ func (e *Engine) Compare(ctx context.Context, app *v1alpha1.Application, project
 
 // compare is Compare once the plan is made.
 func (op *operation) compare(ctx context.Context, cl *clients, p *plan) (*Comparison, error) {
-	seen, problems := op.observe(ctx, cl, listTargets(p), p.rendered)
+	targets := listTargets(p)
+	op.e.watching.Set(op.tracking, op.server, cl.impersonated, gvrs(targets), op.e.opts.Now())
+	seen, problems := op.observe(ctx, cl, targets, p.rendered)
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("cannot compare the live state with Git as %s (%d problems): %s; grant list and watch on them to the ServiceAccount",
 			cl.who, len(problems), listSome(problems))
@@ -340,12 +342,26 @@ func (e *Engine) liveClient(ctx context.Context, s livestate.Scope) (metadata.In
 }
 
 // liveChanged is livestate's OnChange: tracking is an Application's
-// "NAMESPACE/NAME".
-func (e *Engine) liveChanged(tracking string) {
+// "NAMESPACE/NAME", as the changed object names it. Whoever may write an
+// object can write any value there: only a change in a scope the
+// Application's last comparison read (its kinds and namespaces, as its
+// ServiceAccount) is the Application's; others are ignored, so that a
+// tenant editing its own objects cannot make deputy compare another's
+// Application.
+func (e *Engine) liveChanged(tracking string, s livestate.Scope) {
 	ns, name, ok := strings.Cut(tracking, "/")
-	if ok && e.opts.OnLiveChange != nil {
+	if ok && e.opts.OnLiveChange != nil && e.watching.Has(tracking, s) {
 		e.opts.OnLiveChange(ns, name)
 	}
+}
+
+// gvrs are the resources and namespaces of targets.
+func gvrs(targets []listTarget) []livestate.Place {
+	out := make([]livestate.Place, len(targets))
+	for i, t := range targets {
+		out[i] = livestate.Place{GVR: t.gvr, Namespace: t.namespace}
+	}
+	return out
 }
 
 // listLive is op.list for Compare: the scope from the live-state cache, as

@@ -38,6 +38,8 @@ type AuditEvent struct {
 	ObjectRef                *AuditObject `json:"objectRef,omitempty"`
 	ResponseStatus           *AuditStatus `json:"responseStatus,omitempty"`
 	RequestReceivedTimestamp time.Time    `json:"requestReceivedTimestamp"`
+	// RequestURI is the request's path and query (dryRun=All marks a dry run).
+	RequestURI string `json:"requestURI"`
 }
 
 // AuditUser is an audit event's user or impersonated user.

@@ -2,6 +2,7 @@ package apps
 
 import (
 	"context"
+	"deputy.dev/deputy/apps/appstatus"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -165,7 +166,7 @@ func (c *Controller) deleteResources(ctx context.Context, app *v1alpha1.Applicat
 		if st.SyncResult != nil {
 			for _, r := range st.SyncResult.Resources {
 				if r.Status == v1alpha1.ResultCodeSyncFailed && len(failed) < 5 {
-					failed = append(failed, resourceName(r)+": "+r.Message)
+					failed = append(failed, appstatus.ResourceName(r)+": "+r.Message)
 				}
 			}
 		}
@@ -280,7 +281,7 @@ func (c *Controller) removeFinalizer(ctx context.Context, app *v1alpha1.Applicat
 // again writes nothing), and nothing to a replaced or deleted Application.
 func (c *Controller) writeDeletionCondition(ctx context.Context, app *v1alpha1.Application, message string) error {
 	return c.updateStatus(ctx, app, func(status *v1alpha1.ApplicationStatus) bool {
-		if !setCondition(status, v1alpha1.ApplicationConditionDeletionError, message) {
+		if !appstatus.SetCondition(status, v1alpha1.ApplicationConditionDeletionError, message) {
 			return false
 		}
 		if status.Sync.Status == "" {
@@ -321,30 +322,4 @@ func (c *Controller) updateStatus(ctx context.Context, app *v1alpha1.Application
 		_, err = c.client.Namespace(app.Namespace).UpdateStatus(ctx, u, metav1.UpdateOptions{FieldManager: syncer.FieldManager})
 		return err
 	})
-}
-
-// setCondition sets the condition of type typ to message ("" removes it)
-// and reports whether status changed. LastTransitionTime is when the
-// condition appeared; a new message keeps it.
-func setCondition(status *v1alpha1.ApplicationStatus, typ, message string) bool {
-	for i, cond := range status.Conditions {
-		if cond.Type != typ {
-			continue
-		}
-		if message == "" {
-			status.Conditions = append(status.Conditions[:i], status.Conditions[i+1:]...)
-			return true
-		}
-		if cond.Message == message {
-			return false
-		}
-		status.Conditions[i].Message = message
-		return true
-	}
-	if message == "" {
-		return false
-	}
-	now := metav1.Now()
-	status.Conditions = append(status.Conditions, v1alpha1.ApplicationCondition{Type: typ, Message: message, LastTransitionTime: &now})
-	return true
 }

@@ -2,8 +2,7 @@ package apps
 
 import (
 	"context"
-	"slices"
-	"strings"
+	"deputy.dev/deputy/apps/appstatus"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -105,51 +104,13 @@ func (c *Controller) writeComparison(ctx context.Context, app *v1alpha1.Applicat
 	}
 	return c.updateStatus(ctx, app, func(status *v1alpha1.ApplicationStatus) bool {
 		before := status.DeepCopy()
-		applyComparison(status, app, cmp, cmpErr, metav1.Now())
+		appstatus.ApplyComparison(status, app, cmp, cmpErr, metav1.Now())
 		if before.ReconciledAt == nil {
 			return true
 		}
 		before.ReconciledAt = status.ReconciledAt
 		return !equality.Semantic.DeepEqual(before, status)
 	})
-}
-
-// applyComparison sets the comparison's part of status.
-func applyComparison(status *v1alpha1.ApplicationStatus, app *v1alpha1.Application, cmp *syncer.Comparison, cmpErr error, now metav1.Time) {
-	status.ReconciledAt = &now
-	if cmpErr != nil || cmp == nil {
-		msg := "the live state was not compared with Git"
-		if cmpErr != nil {
-			msg = cmpErr.Error()
-		}
-		status.Sync.Status = v1alpha1.SyncStatusCodeUnknown
-		setCondition(status, v1alpha1.ApplicationConditionComparisonError, msg)
-		return
-	}
-	setCondition(status, v1alpha1.ApplicationConditionComparisonError, "")
-	status.Sync = v1alpha1.SyncStatus{Status: cmp.Status}
-	if app.Spec.HasMultipleSources() {
-		status.Sync.Revisions = slices.Clone(cmp.Revisions)
-	} else if len(cmp.Revisions) > 0 {
-		status.Sync.Revision = cmp.Revisions[0]
-	}
-	health := map[string]*v1alpha1.HealthStatus{}
-	for _, r := range status.Resources {
-		health[resourceStatusKey(r)] = r.Health
-	}
-	resources := make([]v1alpha1.ResourceStatus, 0, min(len(cmp.Resources), MaxStatusResources))
-	for _, r := range cmp.Resources {
-		if len(resources) == MaxStatusResources {
-			break
-		}
-		r.Health = health[resourceStatusKey(r)]
-		resources = append(resources, r)
-	}
-	status.Resources = resources
-}
-
-func resourceStatusKey(r v1alpha1.ResourceStatus) string {
-	return strings.Join([]string{r.Group, r.Kind, r.Namespace, r.Name}, "/")
 }
 
 // selfHealState is when selfHeal last synced an Application, and how many

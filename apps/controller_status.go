@@ -2,6 +2,7 @@ package apps
 
 import (
 	"context"
+	"deputy.dev/deputy/apps/appstatus"
 	"errors"
 	"fmt"
 
@@ -89,8 +90,8 @@ func (c *Controller) writeStatus(ctx context.Context, namespace, name string, re
 		} else if status.Sync.Status == "" {
 			status.Sync.Status = v1alpha1.SyncStatusCodeUnknown
 		}
-		if attemptEnded(state) {
-			recordOutcome(&status, state, metav1.Now())
+		if appstatus.AttemptEnded(state) {
+			appstatus.RecordOutcome(&status, state, metav1.Now())
 		}
 		content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&status)
 		if err != nil {

@@ -2,6 +2,7 @@ package apps
 
 import (
 	"context"
+	"deputy.dev/deputy/apps/appstatus"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -462,7 +463,7 @@ func (o *Operations) finish(key string, gen uint64, req syncer.Request, final *v
 	if a := o.apps[key]; a != nil && a.gen == gen {
 		a.state = final
 		a.running, a.abort = false, nil
-		recordOutcome(&a.outcome, final, metav1.Now())
+		appstatus.RecordOutcome(&a.outcome, final, metav1.Now())
 		a.broadcast(v1alpha1.OperationEvent{Type: v1alpha1.OperationEventState, State: final.DeepCopy()}, true)
 		a.watchers = nil
 	}

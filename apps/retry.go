@@ -2,6 +2,7 @@ package apps
 
 import (
 	"context"
+	"deputy.dev/deputy/apps/appstatus"
 	"errors"
 	"fmt"
 	"strings"
@@ -133,7 +134,7 @@ func (o *Operations) waitRetry(ctx context.Context, key string, gen uint64, fina
 		return retryReplaced
 	}
 	a.retry, a.state = p, waiting.DeepCopy()
-	recordOutcome(&a.outcome, final, metav1.Now())
+	appstatus.RecordOutcome(&a.outcome, final, metav1.Now())
 	a.broadcast(v1alpha1.OperationEvent{Type: v1alpha1.OperationEventState, State: waiting.DeepCopy()}, false)
 	if o.closed {
 		p.cancel(retryShutdown)

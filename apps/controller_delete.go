@@ -2,7 +2,6 @@ package apps
 
 import (
 	"context"
-	"deputy.dev/deputy/apps/appstatus"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 
+	"deputy.dev/deputy/apps/appstatus"
 	"deputy.dev/deputy/policy"
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer"

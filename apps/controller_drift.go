@@ -2,12 +2,14 @@ package apps
 
 import (
 	"context"
-	"deputy.dev/deputy/apps/appstatus"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/workqueue"
 
+	"deputy.dev/deputy/apps/appstatus"
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer"
 )
@@ -57,15 +59,21 @@ func (c *Controller) look(ctx context.Context, app *v1alpha1.Application, full b
 	project, err := c.opts.Projects(app)
 	if err != nil {
 		c.log.Warn("the Application's AppProject is not usable; not compared, no automated sync", "application", key, "error", err.Error())
-		return nil // looked at again next period
+		return c.notCompared(ctx, app, err) // looked at again next period
 	}
 	c.mu.Lock()
 	shas, known := c.revs[key]
 	c.mu.Unlock()
+	if last := lastSynced(app); known && last != "" && last != strings.Join(shas, ",") {
+		full = true // an operation synced other revisions since: Git may have moved
+	}
 	if full || !known {
 		if shas, err = c.opts.Revisions.ResolveRevisions(ctx, app, project); err != nil {
+			if ctx.Err() != nil {
+				return nil // this term ends
+			}
 			c.log.Warn("cannot resolve the target revision; not compared, no automated sync", "application", key, "error", err.Error())
-			return nil // looked at again next period
+			return c.notCompared(ctx, app, err) // looked at again next period
 		}
 		c.mu.Lock()
 		c.revs[key] = shas
@@ -90,6 +98,66 @@ func (c *Controller) look(ctx context.Context, app *v1alpha1.Application, full b
 		return nil
 	}
 	return c.autoSync(ctx, app, project, shas, cmp)
+}
+
+// notCompared writes why app could not be compared (ComparisonError,
+// status.sync.status Unknown) when drift detection runs.
+func (c *Controller) notCompared(ctx context.Context, app *v1alpha1.Application, why error) error {
+	if c.opts.Comparer == nil {
+		return nil
+	}
+	return c.writeComparison(ctx, app, nil, why)
+}
+
+// lastSynced is the revisions ("," joined) the Application's last
+// operation that was not a dry run rendered, "" when there is none.
+func lastSynced(app *v1alpha1.Application) string {
+	st := app.Status.OperationState
+	if st == nil || st.Operation.Sync == nil || st.Operation.Sync.DryRun || st.SyncResult == nil {
+		return ""
+	}
+	return strings.Join(st.SyncResult.RevisionList(), ",")
+}
+
+// lookAsync runs look in a goroutine bounded by lookWorkers, one per
+// Application at a time (a look due meanwhile runs after it, resolving the
+// revisions again if either asked to): a look resolves revisions and may
+// wait on a slow Git server, and must not hold up the reconcile workers
+// that start recorded operations. A failed look is queued again with the
+// queue's back-off.
+func (c *Controller) lookAsync(ctx context.Context, app *v1alpha1.Application, full bool, queue workqueue.TypedRateLimitingInterface[string]) {
+	key := appKey(app.Namespace, app.Name)
+	c.mu.Lock()
+	if _, busy := c.looking[key]; busy {
+		c.looking[key] = c.looking[key] || full
+		c.liveDue[key] = true
+		c.mu.Unlock()
+		return
+	}
+	c.looking[key] = false
+	c.mu.Unlock()
+	go func() {
+		select {
+		case c.lookSlots <- struct{}{}:
+			err := c.look(ctx, app, full)
+			<-c.lookSlots
+			if err != nil && ctx.Err() == nil {
+				c.log.Warn("looking at the Application failed; retrying", "application", key, "error", err.Error())
+				queue.AddRateLimited(key)
+			}
+		case <-ctx.Done():
+		}
+		c.mu.Lock()
+		again, fullAgain := c.liveDue[key], c.looking[key]
+		delete(c.looking, key)
+		if fullAgain {
+			c.due[key] = true
+		}
+		c.mu.Unlock()
+		if again && ctx.Err() == nil {
+			queue.Add(key)
+		}
+	}()
 }
 
 // writeComparison writes a comparison (or why there is none) to the

@@ -2,7 +2,6 @@ package apps
 
 import (
 	"context"
-	"deputy.dev/deputy/apps/appstatus"
 	"errors"
 	"fmt"
 
@@ -12,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/util/retry"
 
+	"deputy.dev/deputy/apps/appstatus"
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer"
 )

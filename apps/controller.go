@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -259,8 +260,8 @@ func (c *Controller) Identity() string { return c.identity }
 
 // Diff implements Applications on every replica: at most Workers diffs at
 // once.
-func (c *Controller) Diff(ctx context.Context, app *v1alpha1.Application, project *v1alpha1.AppProject, op v1alpha1.SyncOperation) (*v1alpha1.ApplicationDiff, error) {
-	return c.diffs.diff(ctx, app, project, op)
+func (c *Controller) Diff(ctx context.Context, app *v1alpha1.Application, project *v1alpha1.AppProject, op v1alpha1.SyncOperation, objects []*unstructured.Unstructured) (*v1alpha1.ApplicationDiff, error) {
+	return c.diffs.diff(ctx, app, project, op, objects)
 }
 
 // IsLeader reports whether this replica holds the Lease now.

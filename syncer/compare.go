@@ -30,6 +30,7 @@ import (
 // (package diff: normalised, Secrets masked). Tracked objects no longer
 // rendered are listed as prune whether or not the Application prunes.
 // Nothing is changed. It runs within sync.limits.operationTimeout.
+// req.Objects, when non-nil, replace the render (op.render).
 //
 // Errors: as Run's operation before it applies (invalid Application or
 // project, a source that does not render, no ServiceAccount derived under
@@ -38,7 +39,7 @@ import (
 func (e *Engine) Diff(ctx context.Context, req DiffRequest) (out *v1alpha1.ApplicationDiff, err error) {
 	err = e.beforeWrites(ctx, Request{Application: req.Application, Project: req.Project,
 		Sync: v1alpha1.SyncOperation{Revision: req.Sync.Revision, Revisions: req.Sync.Revisions, Prune: true, DryRun: true}},
-		func(op *operation) { op.diffing = true },
+		func(op *operation) { op.diffing, op.local = true, req.Objects },
 		func(ctx context.Context, op *operation, cl *clients, p *plan) (err error) {
 			out, err = op.diff(ctx, cl, p)
 			return err

@@ -2,12 +2,12 @@ package apps
 
 import (
 	"context"
-	"deputy.dev/deputy/apps/gitpush"
 	"errors"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"deputy.dev/deputy/apps/gitpush"
 	"deputy.dev/deputy/policy"
 	"deputy.dev/deputy/policy/v1alpha1"
 )

@@ -2,7 +2,6 @@ package apps
 
 import (
 	"context"
-	"deputy.dev/deputy/apps/gitpush"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 
+	"deputy.dev/deputy/apps/gitpush"
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer"
 )

@@ -1,11 +1,11 @@
 package livestate
 
 import (
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 )
 

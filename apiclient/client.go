@@ -184,7 +184,40 @@ func (c *Client) Diff(ctx context.Context, namespace, name string, op v1alpha1.S
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
-	resp, err := c.do(ctx, http.MethodGet, u, nil)
+	return c.diff(ctx, http.MethodGet, u, nil)
+}
+
+// DiffLocal asks deputy what a sync of namespace/name would change if its
+// sources rendered objects (POST .../applications/NAME/diff with a
+// v1alpha1.LocalDiffRequest: deputy diff --local): the same dry runs as
+// Diff, as the same ServiceAccount, with the same project checks of every
+// object; the answer has no revisions. objects are Kubernetes manifests
+// (apiVersion, kind, metadata.name), at least one, at most
+// v1alpha1.MaxLocalDiffRequestBytes encoded. The caller needs verb create
+// on applications/diff.
+//
+// Errors: those of Diff, 400 for an object deputy refuses (its index
+// named), 413 for a body above the limit.
+func (c *Client) DiffLocal(ctx context.Context, namespace, name string, objects []map[string]any) (*v1alpha1.ApplicationDiff, error) {
+	req := struct {
+		Objects []map[string]any `json:"objects"`
+	}{Objects: objects}
+	if req.Objects == nil {
+		req.Objects = []map[string]any{}
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("failed to encode the manifests: %w", err)
+	}
+	if len(body) > v1alpha1.MaxLocalDiffRequestBytes {
+		return nil, fmt.Errorf("the manifests encode to %d bytes, more than deputy's limit of %d: diff fewer or smaller manifests", len(body), v1alpha1.MaxLocalDiffRequestBytes)
+	}
+	return c.diff(ctx, http.MethodPost, c.applicationURL(namespace, name)+"/diff", body)
+}
+
+// diff sends a diff request and decodes the ApplicationDiff.
+func (c *Client) diff(ctx context.Context, method, u string, body []byte) (*v1alpha1.ApplicationDiff, error) {
+	resp, err := c.do(ctx, method, u, body)
 	if err != nil {
 		return nil, err
 	}

@@ -225,3 +225,46 @@ func TestDiffRefusalsAreStatusErrors(t *testing.T) {
 		t.Fatalf("err = %#v, want a StatusError 429 with retryAfterSeconds", err)
 	}
 }
+
+func TestDiffLocalPostsTheObjects(t *testing.T) {
+	var method, path, contentType string
+	var body map[string]any
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		method, path, contentType = r.Method, r.URL.Path+"?"+r.URL.RawQuery, r.Header.Get("Content-Type")
+		body = nil
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+			t.Error(err)
+		}
+		_, _ = fmt.Fprint(w, `{"apiVersion":"deputy.dev/v1alpha1","kind":"ApplicationDiff","namespace":"team-a","name":"web",
+			"resources":[{"version":"v1","kind":"ConfigMap","namespace":"team-a","name":"c","action":"create"}]}`)
+	}))
+	defer srv.Close()
+	c, err := apiclient.New(apiclient.Options{Server: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "c"}, "data": map[string]any{"n": int64(9007199254740993)}}
+	d, err := c.DiffLocal(t.Context(), "team-a", "web", []map[string]any{cm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if method != http.MethodPost || path != v1alpha1.APIPath+"/namespaces/team-a/applications/web/diff?" || contentType != "application/json" {
+		t.Errorf("request %s %s (%s)", method, path, contentType)
+	}
+	if objs, ok := body["objects"].([]any); !ok || len(objs) != 1 || len(body) != 1 || objs[0].(map[string]any)["kind"] != "ConfigMap" {
+		t.Errorf("body %v", body)
+	}
+	if len(d.Resources) != 1 || d.Resources[0].Action != v1alpha1.DiffActionCreate || len(d.Revisions) != 0 {
+		t.Errorf("diff %+v", d)
+	}
+	// No objects is sent as an empty list (deputy answers 400), never null.
+	if _, err := c.DiffLocal(t.Context(), "team-a", "web", nil); err != nil || fmt.Sprint(body["objects"]) != "[]" {
+		t.Errorf("no objects: body %v, %v", body, err)
+	}
+	// Manifests above deputy's limit are refused before they are sent.
+	method = ""
+	huge := map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "c"}, "data": map[string]any{"a": strings.Repeat("x", v1alpha1.MaxLocalDiffRequestBytes)}}
+	if _, err := c.DiffLocal(t.Context(), "team-a", "web", []map[string]any{huge}); err == nil || !strings.Contains(err.Error(), "more than deputy's limit") || method != "" {
+		t.Errorf("huge: %v (sent: %q)", err, method)
+	}
+}

@@ -2,11 +2,12 @@ package apps
 
 import (
 	"context"
-	"deputy.dev/deputy/apps/gitpush"
 	"errors"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"deputy.dev/deputy/apps/gitpush"
 	"deputy.dev/deputy/policy"
 	"deputy.dev/deputy/policy/v1alpha1"
 )
@@ -70,8 +71,9 @@ type Applications interface {
 	//
 	// Errors: ErrDiffUnavailable (no sync engine: 503), ErrTooManyDiffs
 	// (the bound is reached: 429), ErrInvalidSync (op is invalid: 422),
-	// ctx's error, and the Differ's (see syncer.Differ).
-	Diff(ctx context.Context, app *v1alpha1.Application, project *v1alpha1.AppProject, op v1alpha1.SyncOperation) (*v1alpha1.ApplicationDiff, error)
+	// ctx's error, and the Differ's (see syncer.Differ). objects, when
+	// non-nil, are diffed instead of the render (syncer.DiffRequest.Objects).
+	Diff(ctx context.Context, app *v1alpha1.Application, project *v1alpha1.AppProject, op v1alpha1.SyncOperation, objects []*unstructured.Unstructured) (*v1alpha1.ApplicationDiff, error)
 	// ApplicationStatus is the Application's status as deputy knows it:
 	// the latest operation's state, the sync status it implies
 	// (v1alpha1.SyncStatusAfter; Unknown when nothing tells it), and

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -141,6 +142,9 @@ type Controller struct {
 	liveDue  map[string]bool              // a look due at the revisions resolved last (a tracked object changed)
 	revs     map[string][]string          // the revisions each Application was last compared at
 	selfHeal map[string]selfHealState     // selfHeal's last sync of each Application
+	looking  map[string]bool              // a look runs (lookAsync); true: the next one resolves revisions again
+	// lookSlots bounds the looks running at once (lookWorkers).
+	lookSlots chan struct{}
 	// deleting: a deletion of the Application's resources runs (this
 	// term); deleteFailures: the backoff of failed ones.
 	deleting       map[string]bool
@@ -235,6 +239,7 @@ func NewController(opts ControllerOptions) (*Controller, error) {
 		deleting: map[string]bool{}, deleteFailures: map[string]deletionRetry{},
 		pending: map[string]recordedOperation{}, cleared: map[types.UID]int64{}, running: map[string]recordedOperation{}, due: map[string]bool{},
 		liveDue: map[string]bool{}, revs: map[string][]string{}, selfHeal: map[string]selfHealState{},
+		looking: map[string]bool{}, lookSlots: make(chan struct{}, lookWorkers),
 		subs: map[string]map[*appSub]struct{}{}, servedChanged: make(chan struct{}, 1),
 	}
 	if len(opts.Namespaces) > 0 {
@@ -255,8 +260,8 @@ func (c *Controller) Identity() string { return c.identity }
 
 // Diff implements Applications on every replica: at most Workers diffs at
 // once.
-func (c *Controller) Diff(ctx context.Context, app *v1alpha1.Application, project *v1alpha1.AppProject, op v1alpha1.SyncOperation) (*v1alpha1.ApplicationDiff, error) {
-	return c.diffs.diff(ctx, app, project, op)
+func (c *Controller) Diff(ctx context.Context, app *v1alpha1.Application, project *v1alpha1.AppProject, op v1alpha1.SyncOperation, objects []*unstructured.Unstructured) (*v1alpha1.ApplicationDiff, error) {
+	return c.diffs.diff(ctx, app, project, op, objects)
 }
 
 // IsLeader reports whether this replica holds the Lease now.
@@ -271,6 +276,10 @@ const (
 	controllerBurst = 100
 )
 
-// reconcileWorkers is how many Applications are looked at concurrently;
-// operations themselves run in the Operations queue.
-const reconcileWorkers = 2
+// reconcileWorkers is how many Applications are reconciled concurrently;
+// operations themselves run in the Operations queue, and comparisons with
+// Git (looks) in at most lookWorkers goroutines.
+const (
+	reconcileWorkers = 2
+	lookWorkers      = 4
+)

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 
+	"deputy.dev/deputy/apps/appstatus"
 	"deputy.dev/deputy/policy"
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer"
@@ -165,7 +166,7 @@ func (c *Controller) deleteResources(ctx context.Context, app *v1alpha1.Applicat
 		if st.SyncResult != nil {
 			for _, r := range st.SyncResult.Resources {
 				if r.Status == v1alpha1.ResultCodeSyncFailed && len(failed) < 5 {
-					failed = append(failed, resourceName(r)+": "+r.Message)
+					failed = append(failed, appstatus.ResourceName(r)+": "+r.Message)
 				}
 			}
 		}
@@ -279,6 +280,22 @@ func (c *Controller) removeFinalizer(ctx context.Context, app *v1alpha1.Applicat
 // status; it writes only when that changes something (the same failure
 // again writes nothing), and nothing to a replaced or deleted Application.
 func (c *Controller) writeDeletionCondition(ctx context.Context, app *v1alpha1.Application, message string) error {
+	return c.updateStatus(ctx, app, func(status *v1alpha1.ApplicationStatus) bool {
+		if !appstatus.SetCondition(status, v1alpha1.ApplicationConditionDeletionError, message) {
+			return false
+		}
+		if status.Sync.Status == "" {
+			status.Sync.Status = v1alpha1.SyncStatusCodeUnknown
+		}
+		return true
+	})
+}
+
+// updateStatus reads app's status, lets change modify it, and writes it
+// when change reports a change, re-reading on conflicts. It writes nothing
+// to a replaced (another UID) or deleted Application; a status that does
+// not decode is replaced.
+func (c *Controller) updateStatus(ctx context.Context, app *v1alpha1.Application, change func(*v1alpha1.ApplicationStatus) bool) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		u, err := c.client.Namespace(app.Namespace).Get(ctx, app.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -294,11 +311,8 @@ func (c *Controller) writeDeletionCondition(ctx context.Context, app *v1alpha1.A
 		if raw, ok := u.Object["status"].(map[string]any); ok {
 			_ = runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &status)
 		}
-		if !setCondition(&status, v1alpha1.ApplicationConditionDeletionError, message) {
+		if !change(&status) {
 			return nil
-		}
-		if status.Sync.Status == "" {
-			status.Sync.Status = v1alpha1.SyncStatusCodeUnknown
 		}
 		content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&status)
 		if err != nil {
@@ -308,30 +322,4 @@ func (c *Controller) writeDeletionCondition(ctx context.Context, app *v1alpha1.A
 		_, err = c.client.Namespace(app.Namespace).UpdateStatus(ctx, u, metav1.UpdateOptions{FieldManager: syncer.FieldManager})
 		return err
 	})
-}
-
-// setCondition sets the condition of type typ to message ("" removes it)
-// and reports whether status changed. LastTransitionTime is when the
-// condition appeared; a new message keeps it.
-func setCondition(status *v1alpha1.ApplicationStatus, typ, message string) bool {
-	for i, cond := range status.Conditions {
-		if cond.Type != typ {
-			continue
-		}
-		if message == "" {
-			status.Conditions = append(status.Conditions[:i], status.Conditions[i+1:]...)
-			return true
-		}
-		if cond.Message == message {
-			return false
-		}
-		status.Conditions[i].Message = message
-		return true
-	}
-	if message == "" {
-		return false
-	}
-	now := metav1.Now()
-	status.Conditions = append(status.Conditions, v1alpha1.ApplicationCondition{Type: typ, Message: message, LastTransitionTime: &now})
-	return true
 }

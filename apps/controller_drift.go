@@ -2,16 +2,14 @@ package apps
 
 import (
 	"context"
-	"slices"
 	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/util/retry"
+	"k8s.io/client-go/util/workqueue"
 
+	"deputy.dev/deputy/apps/appstatus"
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer"
 )
@@ -61,15 +59,21 @@ func (c *Controller) look(ctx context.Context, app *v1alpha1.Application, full b
 	project, err := c.opts.Projects(app)
 	if err != nil {
 		c.log.Warn("the Application's AppProject is not usable; not compared, no automated sync", "application", key, "error", err.Error())
-		return nil // looked at again next period
+		return c.notCompared(ctx, app, err) // looked at again next period
 	}
 	c.mu.Lock()
 	shas, known := c.revs[key]
 	c.mu.Unlock()
+	if last := lastSynced(app); known && last != "" && last != strings.Join(shas, ",") {
+		full = true // an operation synced other revisions since: Git may have moved
+	}
 	if full || !known {
 		if shas, err = c.opts.Revisions.ResolveRevisions(ctx, app, project); err != nil {
+			if ctx.Err() != nil {
+				return nil // this term ends
+			}
 			c.log.Warn("cannot resolve the target revision; not compared, no automated sync", "application", key, "error", err.Error())
-			return nil // looked at again next period
+			return c.notCompared(ctx, app, err) // looked at again next period
 		}
 		c.mu.Lock()
 		c.revs[key] = shas
@@ -96,6 +100,66 @@ func (c *Controller) look(ctx context.Context, app *v1alpha1.Application, full b
 	return c.autoSync(ctx, app, project, shas, cmp)
 }
 
+// notCompared writes why app could not be compared (ComparisonError,
+// status.sync.status Unknown) when drift detection runs.
+func (c *Controller) notCompared(ctx context.Context, app *v1alpha1.Application, why error) error {
+	if c.opts.Comparer == nil {
+		return nil
+	}
+	return c.writeComparison(ctx, app, nil, why)
+}
+
+// lastSynced is the revisions ("," joined) the Application's last
+// operation that was not a dry run rendered, "" when there is none.
+func lastSynced(app *v1alpha1.Application) string {
+	st := app.Status.OperationState
+	if st == nil || st.Operation.Sync == nil || st.Operation.Sync.DryRun || st.SyncResult == nil {
+		return ""
+	}
+	return strings.Join(st.SyncResult.RevisionList(), ",")
+}
+
+// lookAsync runs look in a goroutine bounded by lookWorkers, one per
+// Application at a time (a look due meanwhile runs after it, resolving the
+// revisions again if either asked to): a look resolves revisions and may
+// wait on a slow Git server, and must not hold up the reconcile workers
+// that start recorded operations. A failed look is queued again with the
+// queue's back-off.
+func (c *Controller) lookAsync(ctx context.Context, app *v1alpha1.Application, full bool, queue workqueue.TypedRateLimitingInterface[string]) {
+	key := appKey(app.Namespace, app.Name)
+	c.mu.Lock()
+	if _, busy := c.looking[key]; busy {
+		c.looking[key] = c.looking[key] || full
+		c.liveDue[key] = true
+		c.mu.Unlock()
+		return
+	}
+	c.looking[key] = false
+	c.mu.Unlock()
+	go func() {
+		select {
+		case c.lookSlots <- struct{}{}:
+			err := c.look(ctx, app, full)
+			<-c.lookSlots
+			if err != nil && ctx.Err() == nil {
+				c.log.Warn("looking at the Application failed; retrying", "application", key, "error", err.Error())
+				queue.AddRateLimited(key)
+			}
+		case <-ctx.Done():
+		}
+		c.mu.Lock()
+		again, fullAgain := c.liveDue[key], c.looking[key]
+		delete(c.looking, key)
+		if fullAgain {
+			c.due[key] = true
+		}
+		c.mu.Unlock()
+		if again && ctx.Err() == nil {
+			queue.Add(key)
+		}
+	}()
+}
+
 // writeComparison writes a comparison (or why there is none) to the
 // status: status.sync, status.resources (keeping the health the last
 // operation recorded for each), reconciledAt and the ComparisonError
@@ -103,76 +167,18 @@ func (c *Controller) look(ctx context.Context, app *v1alpha1.Application, full b
 // reconciledAt would change: a steady Application costs no write per
 // period.
 func (c *Controller) writeComparison(ctx context.Context, app *v1alpha1.Application, cmp *syncer.Comparison, cmpErr error) error {
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		u, err := c.client.Namespace(app.Namespace).Get(ctx, app.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if u.GetUID() != app.UID || u.GetDeletionTimestamp() != nil {
-			return nil
-		}
-		var status v1alpha1.ApplicationStatus
-		if raw, ok := u.Object["status"].(map[string]any); ok {
-			_ = runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &status) // a bad old status is replaced
-		}
-		before := status.DeepCopy()
-		applyComparison(&status, app, cmp, cmpErr, metav1.Now())
-		if before.ReconciledAt != nil {
-			before.ReconciledAt = status.ReconciledAt
-			if equality.Semantic.DeepEqual(before, &status) {
-				return nil
-			}
-		}
-		content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&status)
-		if err != nil {
-			return err
-		}
-		u.Object["status"] = content
-		_, err = c.client.Namespace(app.Namespace).UpdateStatus(ctx, u, metav1.UpdateOptions{FieldManager: syncer.FieldManager})
-		return err
-	})
-	if apierrors.IsNotFound(err) {
+	if app.DeletionTimestamp != nil {
 		return nil
 	}
-	return err
-}
-
-// applyComparison sets the comparison's part of status.
-func applyComparison(status *v1alpha1.ApplicationStatus, app *v1alpha1.Application, cmp *syncer.Comparison, cmpErr error, now metav1.Time) {
-	status.ReconciledAt = &now
-	if cmpErr != nil || cmp == nil {
-		msg := "the live state was not compared with Git"
-		if cmpErr != nil {
-			msg = cmpErr.Error()
+	return c.updateStatus(ctx, app, func(status *v1alpha1.ApplicationStatus) bool {
+		before := status.DeepCopy()
+		appstatus.ApplyComparison(status, app, cmp, cmpErr, metav1.Now())
+		if before.ReconciledAt == nil {
+			return true
 		}
-		status.Sync.Status = v1alpha1.SyncStatusCodeUnknown
-		setCondition(status, v1alpha1.ApplicationConditionComparisonError, msg)
-		return
-	}
-	setCondition(status, v1alpha1.ApplicationConditionComparisonError, "")
-	status.Sync = v1alpha1.SyncStatus{Status: cmp.Status}
-	if app.Spec.HasMultipleSources() {
-		status.Sync.Revisions = slices.Clone(cmp.Revisions)
-	} else if len(cmp.Revisions) > 0 {
-		status.Sync.Revision = cmp.Revisions[0]
-	}
-	health := map[string]*v1alpha1.HealthStatus{}
-	for _, r := range status.Resources {
-		health[resourceStatusKey(r)] = r.Health
-	}
-	resources := make([]v1alpha1.ResourceStatus, 0, min(len(cmp.Resources), MaxStatusResources))
-	for _, r := range cmp.Resources {
-		if len(resources) == MaxStatusResources {
-			break
-		}
-		r.Health = health[resourceStatusKey(r)]
-		resources = append(resources, r)
-	}
-	status.Resources = resources
-}
-
-func resourceStatusKey(r v1alpha1.ResourceStatus) string {
-	return strings.Join([]string{r.Group, r.Kind, r.Namespace, r.Name}, "/")
+		before.ReconciledAt = status.ReconciledAt
+		return !equality.Semantic.DeepEqual(before, status)
+	})
 }
 
 // selfHealState is when selfHeal last synced an Application, and how many

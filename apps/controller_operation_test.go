@@ -2,7 +2,11 @@ package apps
 
 import (
 	"encoding/json"
+	"errors"
+	"strings"
 	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"deputy.dev/deputy/policy/v1alpha1"
 )
@@ -38,5 +42,17 @@ func TestSameOperation(t *testing.T) {
 				t.Errorf("sameOperation(generation %d, %s) = %v, want %v", tc.generation, tc.field, got, tc.want)
 			}
 		})
+	}
+}
+
+// A sync of an Application being deleted is refused at once (422 through
+// the API): its deletion never lets it run.
+func TestStartRefusesAnApplicationBeingDeleted(t *testing.T) {
+	c := &Controller{}
+	now := metav1.Now()
+	app := &v1alpha1.Application{ObjectMeta: metav1.ObjectMeta{Namespace: "argocd", Name: "gone", DeletionTimestamp: &now}}
+	_, err := c.Start(t.Context(), app, nil, v1alpha1.SyncOperation{}, v1alpha1.InitiatedBy{Username: "alice"})
+	if !errors.Is(err, ErrInvalidSync) || !strings.Contains(err.Error(), "being deleted") {
+		t.Fatalf("Start: %v", err)
 	}
 }

@@ -151,7 +151,7 @@ func (c *Controller) processNext(ctx context.Context, ops *Operations, queue wor
 		return false
 	}
 	defer queue.Done(key)
-	if err := c.reconcile(ctx, ops, key); err != nil {
+	if err := c.reconcile(ctx, ops, queue, key); err != nil {
 		if ctx.Err() == nil {
 			c.log.Warn("reconciling the Application failed; retrying", "application", key, "error", err.Error())
 			queue.AddRateLimited(key)
@@ -167,7 +167,7 @@ func (c *Controller) processNext(ctx context.Context, ops *Operations, queue wor
 // tracks changed, or its operation ended), compares it with Git and decides
 // on an automated sync (look). An Application being deleted is only
 // looked at by its deletion.
-func (c *Controller) reconcile(ctx context.Context, ops *Operations, key string) error {
+func (c *Controller) reconcile(ctx context.Context, ops *Operations, queue workqueue.TypedRateLimitingInterface[string], key string) error {
 	app := c.get(key)
 	if reason := c.obsolete(key, app); reason != "" {
 		ns, name, _ := strings.Cut(key, "/")
@@ -197,7 +197,8 @@ func (c *Controller) reconcile(ctx context.Context, ops *Operations, key string)
 	if (!due && !liveDue) || app.DeletionTimestamp != nil || ops.Running(app.Namespace, app.Name) {
 		return nil // a running operation's end asks for a look
 	}
-	return c.look(ctx, app, due)
+	c.lookAsync(ctx, app, due, queue)
+	return nil
 }
 
 // runRecorded starts the operation app records, unless it runs, is done
@@ -331,6 +332,10 @@ func (c *Controller) autoSync(ctx context.Context, app *v1alpha1.Application, pr
 		c.log.Info("automated sync skipped: the last sync of this revision failed", "application", key, "revision", sha)
 		return nil
 	case !auto.SelfHeal, cmp != nil && onlyPruning(cmp) && !auto.Prune:
+		return nil
+	case cmp == nil && c.opts.Comparer != nil:
+		// The comparison failed (ComparisonError): whether the live state
+		// drifted is unknown, and syncing again would not tell.
 		return nil
 	default:
 		if wait := c.selfHealWait(key, time.Now()); wait > 0 {

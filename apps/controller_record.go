@@ -2,7 +2,6 @@ package apps
 
 import (
 	"context"
-	"deputy.dev/deputy/apps/gitpush"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 
+	"deputy.dev/deputy/apps/gitpush"
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer"
 )
@@ -27,7 +27,8 @@ import (
 // Errors: ErrOperationInProgress when the Application already records an
 // operation (a failed one waiting for its retry too: remove the operation
 // field to cancel it); ErrInvalidSync for an invalid spec.syncPolicy or
-// op (naming the field); the API's NotFound when the Application is gone; an error
+// op (naming the field) or an Application being deleted (its deletion
+// would never let the sync run); the API's NotFound when the Application is gone; an error
 // naming sync.applicationNamespaces for an Application this controller does
 // not reconcile; other API errors (apierrors.StatusError) as they come.
 func (c *Controller) Start(ctx context.Context, app *v1alpha1.Application, _ *v1alpha1.AppProject, op v1alpha1.SyncOperation, initiatedBy v1alpha1.InitiatedBy) (*v1alpha1.OperationState, error) {
@@ -36,6 +37,9 @@ func (c *Controller) Start(ctx context.Context, app *v1alpha1.Application, _ *v1
 	}
 	if !c.manages(app.Namespace) {
 		return nil, fmt.Errorf("deputy does not reconcile Applications in namespace %q: add it to sync.applicationNamespaces", app.Namespace)
+	}
+	if app.DeletionTimestamp != nil {
+		return nil, fmt.Errorf("%w: Application %s/%s is being deleted: it is not synced any more", ErrInvalidSync, app.Namespace, app.Name)
 	}
 	if err := validateSync(app, op); err != nil {
 		return nil, err

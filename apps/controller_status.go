@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/util/retry"
 
+	"deputy.dev/deputy/apps/appstatus"
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer"
 )
@@ -89,8 +90,8 @@ func (c *Controller) writeStatus(ctx context.Context, namespace, name string, re
 		} else if status.Sync.Status == "" {
 			status.Sync.Status = v1alpha1.SyncStatusCodeUnknown
 		}
-		if attemptEnded(state) {
-			recordOutcome(&status, state, metav1.Now())
+		if appstatus.AttemptEnded(state) {
+			appstatus.RecordOutcome(&status, state, metav1.Now())
 		}
 		content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&status)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"deputy.dev/deputy/policy/v1alpha1"
@@ -39,7 +40,7 @@ func newDiffGate(differ syncer.Differ, limit int) *diffGate {
 
 // diff is Applications.Diff for both modes: it needs no leader and no
 // operations queue, only reads and dry-runs.
-func (g *diffGate) diff(ctx context.Context, app *v1alpha1.Application, project *v1alpha1.AppProject, op v1alpha1.SyncOperation) (*v1alpha1.ApplicationDiff, error) {
+func (g *diffGate) diff(ctx context.Context, app *v1alpha1.Application, project *v1alpha1.AppProject, op v1alpha1.SyncOperation, objects []*unstructured.Unstructured) (*v1alpha1.ApplicationDiff, error) {
 	if app == nil || project == nil {
 		return nil, errors.New("failed to diff: an Application and its AppProject are required")
 	}
@@ -55,5 +56,5 @@ func (g *diffGate) diff(ctx context.Context, app *v1alpha1.Application, project 
 		return nil, fmt.Errorf("%w: %d diffs already run in this deputy process (the bound is sync.parallelism); retry shortly", ErrTooManyDiffs, cap(g.slots))
 	}
 	defer func() { <-g.slots }()
-	return g.differ.Diff(ctx, syncer.DiffRequest{Application: app.DeepCopy(), Project: project.DeepCopy(), Sync: op})
+	return g.differ.Diff(ctx, syncer.DiffRequest{Application: app.DeepCopy(), Project: project.DeepCopy(), Sync: op, Objects: objects})
 }

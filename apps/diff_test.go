@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 
 	"deputy.dev/deputy/apps"
@@ -48,7 +49,7 @@ func fileDiff(t *testing.T, f apps.Applications, op v1alpha1.SyncOperation) (*v1
 	if err != nil {
 		t.Fatal(err)
 	}
-	return f.Diff(t.Context(), app, project, op)
+	return f.Diff(t.Context(), app, project, op, nil)
 }
 
 func TestDiffRunsAtMostWorkersAtOnceAndAnswersTooManyBeyond(t *testing.T) {
@@ -63,16 +64,18 @@ func TestDiffRunsAtMostWorkersAtOnceAndAnswersTooManyBeyond(t *testing.T) {
 	results := make(chan result, 2)
 	app := snap.Application("guestbook", "manual").Object
 	project := snap.DeputyAppProject("guestbook", "guestbook")
+	// A local diff's objects reach the Differ (syncer.DiffRequest.Objects).
+	local := []*unstructured.Unstructured{{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "c"}}}}
 	for range 2 {
 		go func() {
-			d, err := f.Diff(t.Context(), app, project, v1alpha1.SyncOperation{Revision: "v2"})
+			d, err := f.Diff(t.Context(), app, project, v1alpha1.SyncOperation{Revision: "v2"}, local)
 			results <- result{d, err}
 		}()
 	}
 	for range 2 {
 		select {
 		case req := <-differ.started:
-			if req.Application.Name != "manual" || req.Project.Name != "guestbook" || req.Sync.Revision != "v2" {
+			if req.Application.Name != "manual" || req.Project.Name != "guestbook" || req.Sync.Revision != "v2" || len(req.Objects) != 1 || req.Objects[0].GetName() != "c" {
 				t.Errorf("request %+v", req)
 			}
 		case <-time.After(10 * time.Second):
@@ -111,7 +114,7 @@ func TestDiffErrors(t *testing.T) {
 	if _, err := fileDiff(t, f, v1alpha1.SyncOperation{HealthTimeout: "later"}); !errors.Is(err, apps.ErrInvalidSync) || !strings.Contains(err.Error(), "operation.sync.healthTimeout") {
 		t.Errorf("an invalid operation: %v, want ErrInvalidSync naming the field", err)
 	}
-	if _, err := f.Diff(t.Context(), nil, nil, v1alpha1.SyncOperation{}); err == nil {
+	if _, err := f.Diff(t.Context(), nil, nil, v1alpha1.SyncOperation{}, nil); err == nil {
 		t.Error("a diff without an Application succeeded")
 	}
 	if len(differ.started) != 0 {
@@ -135,7 +138,7 @@ func TestControllerDiffsWithoutLeading(t *testing.T) {
 	}
 	app := snap.Application("guestbook", "manual").Object
 	project := snap.DeputyAppProject("guestbook", "guestbook")
-	d, err := c.Diff(t.Context(), app, project, v1alpha1.SyncOperation{})
+	d, err := c.Diff(t.Context(), app, project, v1alpha1.SyncOperation{}, nil)
 	if err != nil || d.Name != "manual" || c.IsLeader() {
 		t.Errorf("Diff = %+v, %v (leader %v)", d, err, c.IsLeader())
 	}

@@ -20,7 +20,7 @@
 //     resources when it carries a resources finalizer (controller_delete.go),
 //     and the cancellation of a deleted Application's running operation;
 //   - retries of failed attempts (spec.syncPolicy.retry, retry.go), status.health
-//     and status.resources after each attempt (status.go, MaxStatusResources),
+//     and status.resources after each attempt (sub-package appstatus),
 //     and the Applications' metrics (Metrics), in both modes;
 //   - the rules both modes share, once: whether an Application is automated,
 //     which AppProject governs it (policy.ResolveAppProject, "project not

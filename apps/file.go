@@ -2,9 +2,11 @@ package apps
 
 import (
 	"context"
-	"deputy.dev/deputy/apps/gitpush"
 	"log/slog"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"deputy.dev/deputy/apps/gitpush"
 	"deputy.dev/deputy/policy"
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer"
@@ -111,8 +113,8 @@ func (f *File) Start(ctx context.Context, app *v1alpha1.Application, project *v1
 }
 
 // Diff implements Applications: at most Workers diffs at once.
-func (f *File) Diff(ctx context.Context, app *v1alpha1.Application, project *v1alpha1.AppProject, op v1alpha1.SyncOperation) (*v1alpha1.ApplicationDiff, error) {
-	return f.diffs.diff(ctx, app, project, op)
+func (f *File) Diff(ctx context.Context, app *v1alpha1.Application, project *v1alpha1.AppProject, op v1alpha1.SyncOperation, objects []*unstructured.Unstructured) (*v1alpha1.ApplicationDiff, error) {
+	return f.diffs.diff(ctx, app, project, op, objects)
 }
 
 // Trigger implements PushTargets: an automated app is synced by the queue,

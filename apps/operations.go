@@ -12,6 +12,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"deputy.dev/deputy/apps/appstatus"
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer"
 )
@@ -462,7 +463,7 @@ func (o *Operations) finish(key string, gen uint64, req syncer.Request, final *v
 	if a := o.apps[key]; a != nil && a.gen == gen {
 		a.state = final
 		a.running, a.abort = false, nil
-		recordOutcome(&a.outcome, final, metav1.Now())
+		appstatus.RecordOutcome(&a.outcome, final, metav1.Now())
 		a.broadcast(v1alpha1.OperationEvent{Type: v1alpha1.OperationEventState, State: final.DeepCopy()}, true)
 		a.watchers = nil
 	}

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"deputy.dev/deputy/apps/appstatus"
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer"
 )
@@ -133,7 +134,7 @@ func (o *Operations) waitRetry(ctx context.Context, key string, gen uint64, fina
 		return retryReplaced
 	}
 	a.retry, a.state = p, waiting.DeepCopy()
-	recordOutcome(&a.outcome, final, metav1.Now())
+	appstatus.RecordOutcome(&a.outcome, final, metav1.Now())
 	a.broadcast(v1alpha1.OperationEvent{Type: v1alpha1.OperationEventState, State: waiting.DeepCopy()}, false)
 	if o.closed {
 		p.cancel(retryShutdown)

@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"deputy.dev/deputy/apps"
+	"deputy.dev/deputy/apps/appstatus"
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer"
 )
@@ -96,7 +97,7 @@ func TestStatusHealthAndResourcesFollowTheOperations(t *testing.T) {
 func TestStatusResourcesAreCapped(t *testing.T) {
 	runner := scriptedRunner{states: make(chan *v1alpha1.OperationState, 1)}
 	ops, _ := newOps(t, runner, apps.OperationsOptions{})
-	results := make([]*v1alpha1.ResourceResult, apps.MaxStatusResources+10)
+	results := make([]*v1alpha1.ResourceResult, appstatus.MaxStatusResources+10)
 	for i := range results {
 		results[i] = &v1alpha1.ResourceResult{Version: "v1", Kind: "ConfigMap", Namespace: "ns", Name: "c" + strings.Repeat("x", i%7),
 			Status: v1alpha1.ResultCodeSynced, Health: healthy(v1alpha1.HealthStatusHealthy, "")}
@@ -108,7 +109,7 @@ func TestStatusResourcesAreCapped(t *testing.T) {
 	}
 	waitFinished(t, ops, "ns", "app")
 	st := ops.ApplicationStatus("ns", "app")
-	if len(st.Resources) != apps.MaxStatusResources || st.Health.Status != v1alpha1.HealthStatusDegraded {
-		t.Errorf("%d resources (want %d), health %s (want Degraded: it counts every result)", len(st.Resources), apps.MaxStatusResources, st.Health.Status)
+	if len(st.Resources) != appstatus.MaxStatusResources || st.Health.Status != v1alpha1.HealthStatusDegraded {
+		t.Errorf("%d resources (want %d), health %s (want Degraded: it counts every result)", len(st.Resources), appstatus.MaxStatusResources, st.Health.Status)
 	}
 }

@@ -12,7 +12,7 @@ import (
 )
 
 // TestAliceMaySyncAndDiffTheGuestbook: the README's demo (DEPUTY_TOKEN=
-// deputy-demo-alice deputy sync|diff deputy-system/guestbook against make
+// deputy-demo-alice deputy sync|diff [--local DIR] deputy-system/guestbook against make
 // run) needs these grants in the embedded policy; bob has none of them.
 func TestAliceMaySyncAndDiffTheGuestbook(t *testing.T) {
 	src := policy.NewFileSource([]string{"."}, policy.FileSourceOptions{FS: examples.FS})
@@ -20,7 +20,7 @@ func TestAliceMaySyncAndDiffTheGuestbook(t *testing.T) {
 		t.Fatal(err)
 	}
 	rbac := deputyauthz.NewRBAC(src.Current)
-	for _, tc := range []struct{ verb, subresource string }{{"create", "sync"}, {"get", ""}, {"get", "diff"}} {
+	for _, tc := range []struct{ verb, subresource string }{{"create", "sync"}, {"get", ""}, {"get", "diff"}, {"create", "diff"}} {
 		for _, u := range []struct {
 			name  string
 			allow bool

@@ -3,6 +3,8 @@ package syncer
 import (
 	"context"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
 	"deputy.dev/deputy/policy/v1alpha1"
 )
 
@@ -80,6 +82,9 @@ type DiffRequest struct {
 	// Sync selects the revisions to render (Revision, Revisions) as a
 	// sync's operation does; its other fields are ignored.
 	Sync v1alpha1.SyncOperation
+	// Objects, when non-nil, are diffed instead of the render (deputy diff
+	// --local): everything else is the same; the answer has no revisions.
+	Objects []*unstructured.Unstructured
 }
 
 // Differ computes what a sync would change (the Engine implements it:

@@ -30,32 +30,52 @@ import (
 // (package diff: normalised, Secrets masked). Tracked objects no longer
 // rendered are listed as prune whether or not the Application prunes.
 // Nothing is changed. It runs within sync.limits.operationTimeout.
+// req.Objects, when non-nil, replace the render (op.render).
 //
 // Errors: as Run's operation before it applies (invalid Application or
 // project, a source that does not render, no ServiceAccount derived under
 // enforcement, discovery or the destination unreachable); an object the
 // server refuses is not an error but a ResourceDiff with Action error.
 func (e *Engine) Diff(ctx context.Context, req DiffRequest) (out *v1alpha1.ApplicationDiff, err error) {
-	op := e.newOperation(Request{Application: req.Application, Project: req.Project,
-		Sync: v1alpha1.SyncOperation{Revision: req.Sync.Revision, Revisions: req.Sync.Revisions, Prune: true, DryRun: true}}, nil)
-	op.diffing = true
+	err = e.beforeWrites(ctx, Request{Application: req.Application, Project: req.Project,
+		Sync: v1alpha1.SyncOperation{Revision: req.Sync.Revision, Revisions: req.Sync.Revisions, Prune: true, DryRun: true}},
+		func(op *operation) { op.diffing, op.local = true, req.Objects },
+		func(ctx context.Context, op *operation, cl *clients, p *plan) (err error) {
+			out, err = op.diff(ctx, cl, p)
+			return err
+		})
+	return out, err
+}
+
+// beforeWrites runs what a sync runs before it writes (validate, prepare:
+// the checks, the identity, the render, the plan) for an operation of req
+// that mark makes a Diff or a Compare, then runs then, all within
+// sync.limits.operationTimeout; a panic becomes an error.
+func (e *Engine) beforeWrites(ctx context.Context, req Request, mark func(*operation), then func(context.Context, *operation, *clients, *plan) error) (err error) {
+	op := e.newOperation(req, nil)
+	mark(op)
 	ctx, cancel := context.WithTimeout(ctx, e.opts.Source.Limits.OperationTimeout)
 	defer cancel()
 	defer func() {
 		if r := recover(); r != nil {
-			op.log.Error(fmt.Errorf("panic: %v", r), "sync engine panicked while computing a diff")
-			out, err = nil, fmt.Errorf("internal error in deputy's sync engine: %v", r)
+			op.log.Error(fmt.Errorf("panic: %v", r), "sync engine panicked before writing anything (diff or comparison)")
+			err = fmt.Errorf("internal error in deputy's sync engine: %v", r)
 		}
 	}()
 	if err := op.validate(); err != nil {
-		return nil, err
+		return err
 	}
 	_, cl, p, err := op.prepare(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
+	return then(ctx, op, cl, p)
+}
+
+// diff is Diff once the plan is made.
+func (op *operation) diff(ctx context.Context, cl *clients, p *plan) (*v1alpha1.ApplicationDiff, error) {
 	seen, problems := op.observe(ctx, cl, listTargets(p), p.rendered)
-	out = &v1alpha1.ApplicationDiff{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: v1alpha1.KindApplicationDiff,
+	out := &v1alpha1.ApplicationDiff{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: v1alpha1.KindApplicationDiff,
 		Namespace: op.app.Namespace, Name: op.app.Name, Warnings: problems}
 	op.mu.Lock()
 	out.Identity = op.state.Identity
@@ -71,7 +91,7 @@ func (e *Engine) Diff(ctx context.Context, req DiffRequest) (out *v1alpha1.Appli
 		}
 	}
 	out.Resources = make([]v1alpha1.ResourceDiff, len(objs), len(objs)+len(seen.candidates))
-	parallel(len(objs), e.opts.Parallelism, func(i int) {
+	parallel(len(objs), op.e.opts.Parallelism, func(i int) {
 		out.Resources[i] = op.diffOne(ctx, cl, p, seen, objs[i])
 	}, func(i int, r any) {
 		out.Resources[i] = resourceDiff(objs[i], v1alpha1.DiffActionError, "", fmt.Sprintf("internal error in deputy's sync engine: %v", r))
@@ -173,29 +193,25 @@ func (e *Engine) Compare(ctx context.Context, app *v1alpha1.Application, project
 	} else if len(revisions) > 0 {
 		so.Revision = revisions[0]
 	}
-	op := e.newOperation(Request{Application: app, Project: project, Sync: so}, nil)
-	op.comparing = true
-	ctx, cancel := context.WithTimeout(ctx, e.opts.Source.Limits.OperationTimeout)
-	defer cancel()
-	defer func() {
-		if r := recover(); r != nil {
-			op.log.Error(fmt.Errorf("panic: %v", r), "sync engine panicked while comparing")
-			out, err = nil, fmt.Errorf("internal error in deputy's sync engine: %v", r)
-		}
-	}()
-	if err := op.validate(); err != nil {
-		return nil, err
-	}
-	_, cl, p, err := op.prepare(ctx)
-	if err != nil {
-		return nil, err
-	}
-	seen, problems := op.observe(ctx, cl, listTargets(p), p.rendered)
+	err = e.beforeWrites(ctx, Request{Application: app, Project: project, Sync: so},
+		func(op *operation) { op.comparing = true },
+		func(ctx context.Context, op *operation, cl *clients, p *plan) (err error) {
+			out, err = op.compare(ctx, cl, p)
+			return err
+		})
+	return out, err
+}
+
+// compare is Compare once the plan is made.
+func (op *operation) compare(ctx context.Context, cl *clients, p *plan) (*Comparison, error) {
+	targets := listTargets(p)
+	op.e.watching.Set(op.tracking, op.server, cl.impersonated, gvrs(targets), op.e.opts.Now())
+	seen, problems := op.observe(ctx, cl, targets, p.rendered)
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("cannot compare the live state with Git as %s (%d problems): %s; grant list and watch on them to the ServiceAccount",
 			cl.who, len(problems), listSome(problems))
 	}
-	out = &Comparison{Status: v1alpha1.SyncStatusCodeSynced}
+	out := &Comparison{Status: v1alpha1.SyncStatusCodeSynced}
 	op.mu.Lock()
 	if r := op.state.SyncResult; r != nil {
 		out.Revisions = r.RevisionList()
@@ -327,12 +343,26 @@ func (e *Engine) liveClient(ctx context.Context, s livestate.Scope) (metadata.In
 }
 
 // liveChanged is livestate's OnChange: tracking is an Application's
-// "NAMESPACE/NAME".
-func (e *Engine) liveChanged(tracking string) {
+// "NAMESPACE/NAME", as the changed object names it. Whoever may write an
+// object can write any value there: only a change in a scope the
+// Application's last comparison read (its kinds and namespaces, as its
+// ServiceAccount) is the Application's; others are ignored, so that a
+// tenant editing its own objects cannot make deputy compare another's
+// Application.
+func (e *Engine) liveChanged(tracking string, s livestate.Scope) {
 	ns, name, ok := strings.Cut(tracking, "/")
-	if ok && e.opts.OnLiveChange != nil {
+	if ok && e.opts.OnLiveChange != nil && e.watching.Has(tracking, s) {
 		e.opts.OnLiveChange(ns, name)
 	}
+}
+
+// gvrs are the resources and namespaces of targets.
+func gvrs(targets []listTarget) []livestate.Place {
+	out := make([]livestate.Place, len(targets))
+	for i, t := range targets {
+		out[i] = livestate.Place{GVR: t.gvr, Namespace: t.namespace}
+	}
+	return out
 }
 
 // listLive is op.list for Compare: the scope from the live-state cache, as

@@ -114,6 +114,9 @@ type Engine struct {
 	live      *livestate.Cache
 	renders   *source.RenderCache
 	comparers clientCache
+	// watching is, per Application, the scopes its last comparison read:
+	// a change seen elsewhere is not its own (liveChanged).
+	watching livestate.Interests
 }
 
 var _ Runner = (*Engine)(nil)

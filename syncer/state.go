@@ -35,6 +35,8 @@ type operation struct {
 	// deleting: this is DeleteResources, not a sync; diffing: Diff;
 	// comparing: Compare.
 	deleting, diffing, comparing bool
+	// local: the objects of a diff --local, used instead of the render.
+	local []*unstructured.Unstructured
 
 	mu    sync.Mutex // guards state, slots, extra and progress calls
 	state *v1alpha1.OperationState
@@ -121,6 +123,13 @@ func (op *operation) prepare(ctx context.Context) (identity, *clients, *plan, er
 // render renders the Application's sources at the operation's revisions
 // as the identity's clients see the destination, and records the revisions.
 func (op *operation) render(ctx context.Context, cl *clients) ([]*unstructured.Unstructured, error) {
+	if op.local != nil {
+		objs := make([]*unstructured.Unstructured, len(op.local))
+		for i, o := range op.local {
+			objs[i] = o.DeepCopy()
+		}
+		return objs, nil
+	}
 	app := cluster.AppWithCapabilities(op.app, cl.capabilities)
 	key := ""
 	if op.comparing {

@@ -96,12 +96,14 @@ type APIOptions struct {
 //	GET  .../namespaces/{ns}/applications/{name}?watch=true   its operation's progress, NDJSON
 //	GET  .../namespaces/{ns}/applications/{name}/diff[?revision=R | ?revisions=A&revisions=B]
 //	                                                    what a sync would change (200 + ApplicationDiff)
+//	POST .../namespaces/{ns}/applications/{name}/diff   the same for the manifests in the body
+//	                                                    (v1alpha1.LocalDiffRequest: deputy diff --local)
 //	GET  /apis/{group}/v1alpha1                         discovery (APIResourceList)
 //
 // Every request goes through kube-apiserver's handler chain (WithAPIChain):
 // authentication (401 otherwise), audit, then authorization as verb create
-// on applications/sync, verb get on applications/diff or verb get on
-// applications, in group deputy.dev (also for the aggregated group), the
+// on applications/sync, verb get on applications/diff (create for POST: a
+// local diff) or verb get on applications, in group deputy.dev (also for the aggregated group), the
 // namespace and the name (403 otherwise, with kube-apiserver's message and
 // the deciding reason). Errors are metav1.Status objects, as kube-apiserver
 // writes them. Credentials are removed from the request once the caller is
@@ -123,7 +125,7 @@ func NewAPIHandler(opts APIOptions) *APIHandler {
 	r := chi.NewRouter()
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, fromAPIError(apierrors.NewNotFound(schema.GroupResource{}, "")).withMessage("the server could not find the requested resource: deputy serves "+
-			"POST "+APIPrefix+"/namespaces/NS/applications/NAME/sync, GET "+APIPrefix+"/namespaces/NS/applications/NAME and GET "+APIPrefix+"/namespaces/NS/applications/NAME/diff"))
+			"POST "+APIPrefix+"/namespaces/NS/applications/NAME/sync, GET "+APIPrefix+"/namespaces/NS/applications/NAME and GET or POST "+APIPrefix+"/namespaces/NS/applications/NAME/diff"))
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, fromAPIError(apierrors.NewMethodNotSupported(applicationsResource, r.Method)))
@@ -137,6 +139,7 @@ func NewAPIHandler(opts APIOptions) *APIHandler {
 		r.Post(prefix+"/namespaces/{namespace}/applications/{name}/sync", h.sync)
 		r.Get(prefix+"/namespaces/{namespace}/applications/{name}", h.get)
 		r.Get(prefix+"/namespaces/{namespace}/applications/{name}/diff", h.diff)
+		r.Post(prefix+"/namespaces/{namespace}/applications/{name}/diff", h.diffLocal)
 		discovery := apiDiscovery(g)
 		r.Get(prefix, func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, discovery) })
 	}

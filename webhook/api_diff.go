@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"deputy.dev/deputy/apps"
 	"deputy.dev/deputy/policy"
@@ -35,13 +36,19 @@ var diffQueryParameters = []string{"revision", "revisions"}
 // many diffs run, 503 when the destination or the engine is unavailable or
 // deputy shuts down, 504 when the diff outlives sync.limits.operationTimeout.
 func (h *APIHandler) diff(w http.ResponseWriter, r *http.Request) {
-	ns, name := chi.URLParam(r, "namespace"), chi.URLParam(r, "name")
 	op, serr := readDiffQuery(r.URL.Query())
 	if serr != nil {
 		writeStatus(w, serr)
 		return
 	}
-	app, ok := h.lookup(w, r, "get", "diff", ns, name)
+	h.runDiff(w, r, "get", op, nil)
+}
+
+// runDiff is a diff (GET, verb get) or a local diff (POST, verb create:
+// objects are diffed instead of the render) once the request is read.
+func (h *APIHandler) runDiff(w http.ResponseWriter, r *http.Request, verb string, op v1alpha1.SyncOperation, objects []*unstructured.Unstructured) {
+	ns, name := chi.URLParam(r, "namespace"), chi.URLParam(r, "name")
+	app, ok := h.lookup(w, r, verb, "diff", ns, name)
 	if !ok {
 		return
 	}
@@ -60,7 +67,7 @@ func (h *APIHandler) diff(w http.ResponseWriter, r *http.Request) {
 	var d *v1alpha1.ApplicationDiff
 	err := errShuttingDown
 	if ctx.Err() == nil {
-		d, err = h.opts.Applications.Diff(ctx, app, project, op)
+		d, err = h.opts.Applications.Diff(ctx, app, project, op, objects)
 	}
 	_ = rc.SetWriteDeadline(time.Now().Add(apiStreamWriteTimeout))
 	log := h.requestLog(r).With("application", ns+"/"+name)
@@ -84,7 +91,7 @@ func (h *APIHandler) diff(w http.ResponseWriter, r *http.Request) {
 	if out.Resources == nil {
 		out.Resources = []v1alpha1.ResourceDiff{}
 	}
-	log.Info("diff", "revision", op.Revision, "revisions", op.Revisions, "changed", out.Changed(), "resources", len(out.Resources))
+	log.Info("diff", "local", objects != nil, "revision", op.Revision, "revisions", op.Revisions, "changed", out.Changed(), "resources", len(out.Resources))
 	writeJSON(w, http.StatusOK, &out)
 }
 

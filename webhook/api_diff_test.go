@@ -24,7 +24,8 @@ import (
 )
 
 // diffTestRBAC lets dave diff (and only diff) the Applications of
-// guestbook; alice may sync and read them, which does not let her diff.
+// guestbook; alice may sync and read them, which does not let her diff,
+// and send local diffs (create on applications/diff: POST).
 var diffTestRBAC = policy.SourceFile{Name: "diff-rbac.yaml", Data: []byte(`apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
 metadata: {name: differ, namespace: guestbook}
@@ -37,6 +38,19 @@ metadata: {name: dave-diffs, namespace: guestbook}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: differ}
 subjects:
 - {kind: User, name: dave}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: local-differ, namespace: guestbook}
+rules:
+- {apiGroups: [deputy.dev], resources: [applications/diff], verbs: [create]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: alice-local-diffs, namespace: guestbook}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: local-differ}
+subjects:
+- {kind: User, name: alice}
 `)}
 
 const diffPath = APIPrefix + "/namespaces/guestbook/applications/guestbook/diff"
@@ -291,7 +305,7 @@ func TestAPIDiscoveryListsDiff(t *testing.T) {
 	}
 	for _, r := range list.Resources {
 		if r.Name == "applications/diff" {
-			if r.Kind != v1alpha1.KindApplicationDiff || len(r.Verbs) != 1 || r.Verbs[0] != "get" {
+			if r.Kind != v1alpha1.KindApplicationDiff || strings.Join(r.Verbs, ",") != "get,create" {
 				t.Errorf("applications/diff %+v", r)
 			}
 			return

@@ -343,7 +343,7 @@ func apiDiscovery(group string) map[string]any {
 		"resources": []map[string]any{
 			{"name": "applications", "singularName": "application", "namespaced": true, "kind": v1alpha1.KindApplication, "verbs": []string{"get"}},
 			{"name": "applications/sync", "singularName": "", "namespaced": true, "kind": "SyncOperation", "verbs": []string{"create"}},
-			{"name": "applications/diff", "singularName": "", "namespaced": true, "kind": v1alpha1.KindApplicationDiff, "verbs": []string{"get"}},
+			{"name": "applications/diff", "singularName": "", "namespaced": true, "kind": v1alpha1.KindApplicationDiff, "verbs": []string{"get", "create"}},
 		},
 	}
 }

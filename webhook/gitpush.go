@@ -2,7 +2,6 @@ package webhook
 
 import (
 	"context"
-	"deputy.dev/deputy/apps/gitpush"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"deputy.dev/deputy/apps"
+	"deputy.dev/deputy/apps/gitpush"
 	"deputy.dev/deputy/policy"
 	"deputy.dev/deputy/policy/v1alpha1"
 )

@@ -3,7 +3,6 @@ package webhook
 import (
 	"bytes"
 	"context"
-	"deputy.dev/deputy/apps/gitpush"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +14,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"deputy.dev/deputy/apps/gitpush"
 	"deputy.dev/deputy/policy/v1alpha1"
 )
 

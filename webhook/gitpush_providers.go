@@ -4,7 +4,6 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
-	"deputy.dev/deputy/apps/gitpush"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -15,6 +14,8 @@ import (
 	"unicode"
 
 	kjson "sigs.k8s.io/json"
+
+	"deputy.dev/deputy/apps/gitpush"
 )
 
 // Request headers read by the Git push webhook.

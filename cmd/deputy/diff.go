@@ -22,13 +22,14 @@ const (
 type diffFlags struct {
 	revisions []string
 	output    string
+	local     string
 	clientFlags
 }
 
 func newDiffCommand() *cobra.Command {
 	var f diffFlags
 	cmd := &cobra.Command{
-		Use:   "diff NAMESPACE/NAME [--revision R]... [-o json] [--server URL] [--token-file F | --client-cert F --client-key F] [--cacert F]",
+		Use:   "diff NAMESPACE/NAME [--revision R]... [--local DIR] [-o json] [--server URL] [--token-file F | --client-cert F --client-key F] [--cacert F]",
 		Short: "Show what a sync of an Application would change, as a unified diff per object",
 		Long: `Ask a running deputy what a sync of the Application NAMESPACE/NAME would
 change, like kubectl diff: deputy renders the target (at the
@@ -54,10 +55,24 @@ object could not be compared (its header says why; the diff is
 incomplete). With -o json, the ApplicationDiff deputy answered, with the
 same exit codes.
 
+With --local DIR, the manifests of DIR are diffed instead of what the
+Application's sources render (like argocd app diff --local): every .yaml,
+.yml and .json file below DIR (hidden ones skipped; multi-document; Lists
+expanded), or kustomize build of DIR when it holds a kustomization (in this
+process: only files inside DIR, no remote bases, no plugins, no Helm). A
+chart is refused: run helm template and point --local at its output. At
+most 8 MiB of files and 10,000 objects. Everything else is a diff's: the
+AppProject checks every object, the same ServiceAccount dry-runs them, and
+tracked objects missing from DIR are listed as prune. Not with --revision.
+
 ` + credentialsHelp + ` The caller needs, in deputy's policy, verb
-get on applications/diff (group deputy.dev) in the namespace.`,
+get on applications/diff (group deputy.dev) in the namespace; --local needs
+verb create on applications/diff instead, a stronger grant: whoever may
+send manifests may see, in the diff, any object the Application's
+ServiceAccount can read, by naming it in a manifest.`,
 		Example: `  deputy diff guestbook/guestbook
   deputy diff guestbook/guestbook --revision v1.2.0
+  deputy diff guestbook/guestbook --local ./guestbook   # the working copy, before a commit
   deputy diff guestbook/multi --revision main --revision ""   # spec.sources: one per source, "" keeps its targetRevision
   DEPUTY_TOKEN=... deputy diff guestbook/guestbook --server https://deputy.example:8443 --cacert ca.crt -o json`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -79,6 +94,7 @@ get on applications/diff (group deputy.dev) in the namespace.`,
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return exitError{code: diffExitError, err: err} })
 	fs := cmd.Flags()
 	fs.StringArrayVar(&f.revisions, "revision", nil, `render this branch, tag or commit instead of the targetRevision; for an Application with spec.sources, once per source in order ("" keeps that source's targetRevision)`)
+	fs.StringVar(&f.local, "local", "", "diff the manifests of this directory (plain files or a kustomization) instead of what the sources render; needs create on applications/diff")
 	fs.StringVarP(&f.output, "output", "o", "", `"json": print the ApplicationDiff as JSON`)
 	f.clientFlags.register(fs)
 	return cmd
@@ -101,12 +117,25 @@ func runDiff(cmd *cobra.Command, ref string, f *diffFlags) error {
 	if f.output != "" && f.output != "json" {
 		return fmt.Errorf("--output %q: the only format is json", f.output)
 	}
+	var objects []map[string]any
+	if f.local != "" {
+		if len(f.revisions) > 0 {
+			return errors.New("--local and --revision do not go together: --local diffs the manifests of a directory, not a revision")
+		}
+		if objects, err = readLocal(f.local, func(w string) { fmt.Fprintln(cmd.ErrOrStderr(), "Warning:", w) }); err != nil {
+			return err
+		}
+	}
 	client, opts, err := newClient(cmd, &f.clientFlags)
 	if err != nil {
 		return err
 	}
-	d, err := client.Diff(cmd.Context(), ns, name, diffOperation(f.revisions))
-	if err != nil {
+	var d *v1alpha1.ApplicationDiff
+	if objects != nil {
+		if d, err = client.DiffLocal(cmd.Context(), ns, name, objects); err != nil {
+			return explainAPIError(err, opts, localDiffCall)
+		}
+	} else if d, err = client.Diff(cmd.Context(), ns, name, diffOperation(f.revisions)); err != nil {
 		return explainRevisions(explainAPIError(err, opts, diffCall))
 	}
 	for _, w := range d.Warnings {

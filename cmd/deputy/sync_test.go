@@ -79,6 +79,7 @@ metadata: {name: syncer, namespace: guestbook}
 rules:
 - {apiGroups: [deputy.dev], resources: [applications/sync], verbs: [create]}
 - {apiGroups: [deputy.dev], resources: [applications, applications/diff], verbs: [get]}
+- {apiGroups: [deputy.dev], resources: [applications/diff], verbs: [create]}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding

@@ -1,5 +1,7 @@
 package v1alpha1
 
+import "encoding/json"
+
 // KindApplicationDiff is the kind of the answer of deputy's diff API
 // (GET .../applications/NAME/diff).
 const KindApplicationDiff = "ApplicationDiff"
@@ -75,4 +77,19 @@ type ResourceDiff struct {
 	// or adds context (a dry run skipped because the namespace is created
 	// by the sync).
 	Message string `json:"message,omitempty"`
+}
+
+// MaxLocalDiffRequestBytes bounds the body of a local diff (deputy diff
+// --local): larger is 413.
+const MaxLocalDiffRequestBytes = 8 << 20
+
+// LocalDiffRequest is the body of POST .../applications/NAME/diff (deputy
+// diff --local): manifests to diff instead of what the Application's
+// sources render. Everything else is a diff's: the project checks of every
+// object, the destination, the ServiceAccount, dry runs as it; the answer
+// has no revisions.
+type LocalDiffRequest struct {
+	// Objects are Kubernetes objects, each with apiVersion, kind and
+	// metadata.name; at least one.
+	Objects []json.RawMessage `json:"objects"`
 }

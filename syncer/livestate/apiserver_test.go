@@ -73,7 +73,7 @@ func TestAPIServerDriftAndPermissions(t *testing.T) {
 	cache, err := livestate.New(livestate.Options{
 		NewClient:          impersonating(cfg),
 		TrackingAnnotation: trackingAnnotation,
-		OnChange:           func(s string) { changes <- s },
+		OnChange:           func(s string, _ Scope) { changes <- s },
 	})
 	must(t, err)
 	runCtx, stop := context.WithCancel(ctx)

@@ -89,9 +89,12 @@ type Options struct {
 	// OnChange is called with the tracking annotation's value when a
 	// tracked object is added, deleted, or changed in a way that can matter
 	// (see the package documentation); for a change of the annotation
-	// itself, with the old value too. It runs on the informer's
-	// notification goroutine and must not block. Optional.
-	OnChange func(tracking string)
+	// itself, with the old value too), with the scope whose informer saw
+	// it. The value is whatever the object says: anyone who may write an
+	// object in a scope can name any Application, so the receiver must
+	// check that the scope is one that Application reads. It runs on the
+	// informer's notification goroutine and must not block. Optional.
+	OnChange func(tracking string, s Scope)
 	// IdleTimeout: a scope no List asked for within this long is stopped by
 	// Run (default DefaultIdleTimeout).
 	IdleTimeout time.Duration

@@ -318,7 +318,7 @@ func TestListBeforeRun(t *testing.T) {
 // changes records OnChange's calls.
 type changes chan string
 
-func (ch changes) onChange(tracking string) { ch <- tracking }
+func (ch changes) onChange(tracking string, _ Scope) { ch <- tracking }
 
 // next is the next OnChange call (it fails after a while without one).
 func (ch changes) next(t *testing.T) string {

@@ -24,8 +24,11 @@
 // carries the tracking annotation is added or deleted, or changed in a way
 // that can matter (labels, annotations, generation, deletion, owners, or
 // managedFields other than the status subresource's), it calls OnChange
-// with the annotation's value. A controller writing an object's status does
-// not call it; the informer's first list does not either.
+// with the annotation's value and the scope that saw it (the value is
+// whatever the object's writer put there: the receiver checks, with
+// Interests, that the scope is one the named Application reads). A controller writing an
+// object's status does not call it; the informer's first list does not
+// either.
 //
 // It must not import the engine (package syncer) or decide whom to act as.
 package livestate

@@ -18,33 +18,34 @@ const statusSubresource = "status"
 // handler is every scope's event handler: OnChange for the tracked objects
 // added (not by the informer's first list), deleted, or changed in a way
 // that can matter.
-func (c *Cache) handler() cache.ResourceEventHandler {
+func (c *Cache) handler(s Scope) cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj any, isInInitialList bool) {
 			if !isInInitialList {
-				c.notify(obj)
+				c.notify(s, obj)
 			}
 		},
-		UpdateFunc: c.onUpdate,
+		UpdateFunc: func(oldObj, newObj any) { c.onUpdate(s, oldObj, newObj) },
 		DeleteFunc: func(obj any) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
 			}
-			c.notify(obj)
+			c.notify(s, obj)
 		},
 	}
 }
 
-// notify calls OnChange for obj if it is tracked.
-func (c *Cache) notify(obj any) {
+// notify calls OnChange for obj, seen in scope s, if it is tracked.
+func (c *Cache) notify(s Scope, obj any) {
 	if t := c.tracking(obj); t != "" {
-		c.opts.OnChange(t)
+		c.opts.OnChange(t, s)
 	}
 }
 
 // onUpdate calls OnChange for an update that can matter of an object
-// tracked before or after it (both values when the annotation changed).
-func (c *Cache) onUpdate(oldObj, newObj any) {
+// tracked before or after it (both values when the annotation changed),
+// seen in scope s.
+func (c *Cache) onUpdate(s Scope, oldObj, newObj any) {
 	ot, nt := c.tracking(oldObj), c.tracking(newObj)
 	if ot == "" && nt == "" {
 		return
@@ -55,10 +56,10 @@ func (c *Cache) onUpdate(oldObj, newObj any) {
 		return
 	}
 	if nt != "" {
-		c.opts.OnChange(nt)
+		c.opts.OnChange(nt, s)
 	}
 	if ot != "" && ot != nt {
-		c.opts.OnChange(ot)
+		c.opts.OnChange(ot, s)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -73,8 +74,14 @@ func TestChanged(t *testing.T) {
 
 func TestHandler(t *testing.T) {
 	var got []string
-	c := &Cache{opts: Options{TrackingAnnotation: tracking, OnChange: func(s string) { got = append(got, s) }}}
-	h := c.handler()
+	scope := Scope{GVR: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, Namespace: "a"}
+	c := &Cache{opts: Options{TrackingAnnotation: tracking, OnChange: func(s string, in Scope) {
+		if in != scope {
+			t.Errorf("OnChange(%q) from scope %v, want %v", s, in, scope)
+		}
+		got = append(got, s)
+	}}}
+	h := c.handler(scope)
 	tracked, untracked := object("ConfigMap", "a", "t", "argocd/app"), object("ConfigMap", "a", "u", "")
 	h.OnAdd(tracked, true) // the first list
 	h.OnAdd(untracked, false)

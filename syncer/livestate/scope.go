@@ -119,7 +119,7 @@ func (c *Cache) newInformer(e *entry) (cache.SharedIndexInformer, error) {
 	}
 	if c.opts.OnChange != nil {
 		zero := time.Duration(0)
-		if _, err := inf.AddEventHandlerWithOptions(c.handler(), cache.HandlerOptions{Logger: &e.log, ResyncPeriod: &zero}); err != nil {
+		if _, err := inf.AddEventHandlerWithOptions(c.handler(e.scope), cache.HandlerOptions{Logger: &e.log, ResyncPeriod: &zero}); err != nil {
 			return nil, fmt.Errorf("livestate: %s: %w", e.scope, err)
 		}
 	}

@@ -668,6 +668,13 @@ func TestAttack05RenderLimits(t *testing.T) {
 		runs := 0
 		requested := false
 		for leader := 1; leader <= 6; leader++ {
+			// Once the operation has ended, a new leader still reads the
+			// repository (drift detection resolves every Application's
+			// revision): that is not a run of the operation.
+			if a := getApplication(t, nsB, app.name); requested && a.Operation == nil && a.Status.OperationState != nil &&
+				a.Status.OperationState.Phase != v1alpha1.OperationRunning {
+				break
+			}
 			before := len(s.git.RequestsUnder("/hang/retry.git"))
 			rep := s.startReplica(t, nil)
 			if !requested {

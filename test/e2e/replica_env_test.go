@@ -44,7 +44,7 @@ func newReplicaEnv(t *testing.T) *replicaEnv {
 }
 
 // writePolicy writes the replicas' policy: a token for user (group "e2e")
-// and a role letting user get, diff and sync Applications, in namespace or
+// and a role letting user get, diff (create: diff --local) and sync Applications, in namespace or
 // (namespace "") everywhere.
 func (e *replicaEnv) writePolicy(t *testing.T, user, token, namespace string) {
 	t.Helper()

@@ -49,9 +49,9 @@ type AuditEvent struct {
 	ObjectRef                *AuditObject `json:"objectRef,omitempty"`
 	ResponseStatus           *AuditStatus `json:"responseStatus,omitempty"`
 	RequestReceivedTimestamp time.Time    `json:"requestReceivedTimestamp"`
-	// RequestURI names a non-resource request (discovery), which has no
-	// objectRef.
-	RequestURI string `json:"requestURI,omitempty"`
+	// RequestURI is the request's path and query (dryRun=All marks a dry run);
+	// it names a non-resource request (discovery), which has no objectRef.
+	RequestURI string `json:"requestURI"`
 }
 
 // AuditUser is an audit event's user or impersonated user.

@@ -1,12 +1,14 @@
-package apps
+package appstatus
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"deputy.dev/deputy/policy/v1alpha1"
+	"deputy.dev/deputy/syncer"
 	"deputy.dev/deputy/syncer/health"
 )
 
@@ -20,7 +22,7 @@ const MaxStatusResources = 5000
 // status.health.message names.
 const maxHealthMessageResources = 3
 
-// recordOutcome sets status.health and status.resources from state, the
+// RecordOutcome sets status.health and status.resources from state, the
 // end of an attempt (a final state, or a failed one waiting for its retry),
 // in both modes:
 //   - status.resources: one entry per result of a non-hook resource that
@@ -37,7 +39,7 @@ const maxHealthMessageResources = 3
 // failed before it applied anything: render, permissions), leave both as
 // they were: they tell nothing about the live objects. Before the first
 // operation that applied something, status.health is absent.
-func recordOutcome(status *v1alpha1.ApplicationStatus, state *v1alpha1.OperationState, now metav1.Time) {
+func RecordOutcome(status *v1alpha1.ApplicationStatus, state *v1alpha1.OperationState, now metav1.Time) {
 	if state == nil || state.SyncResult == nil || (state.Operation.Sync != nil && state.Operation.Sync.DryRun) {
 		return
 	}
@@ -90,7 +92,7 @@ func aggregateHealth(assessed []*v1alpha1.ResourceResult) v1alpha1.HealthStatus 
 			continue
 		}
 		if n++; n <= maxHealthMessageResources {
-			names = append(names, resourceName(r)+healthDetail(r.Health.Message))
+			names = append(names, ResourceName(r)+healthDetail(r.Health.Message))
 		}
 	}
 	msg := strings.Join(names, "; ")
@@ -109,7 +111,8 @@ func healthDetail(msg string) string {
 
 // resourceName is "Deployment ns/web" (a cluster-scoped object: "Namespace
 // web").
-func resourceName(r *v1alpha1.ResourceResult) string {
+// ResourceName names r in messages: "KIND NAMESPACE/NAME" (or "KIND NAME").
+func ResourceName(r *v1alpha1.ResourceResult) string {
 	if r.Namespace == "" {
 		return r.Kind + " " + r.Name
 	}
@@ -129,8 +132,78 @@ func resourceStatus(r *v1alpha1.ResourceResult) v1alpha1.ResourceStatus {
 	return s
 }
 
-// attemptEnded reports whether state is the end of an attempt: a final
+// AttemptEnded reports whether state is the end of an attempt: a final
 // state, or a failed attempt's waiting for its retry.
-func attemptEnded(state *v1alpha1.OperationState) bool {
+func AttemptEnded(state *v1alpha1.OperationState) bool {
 	return state != nil && (state.Phase != v1alpha1.OperationRunning || state.NextRetryAt != nil)
+}
+
+// ApplyComparison sets the part of status a comparison with Git decides
+// (drift detection): reconciledAt now; on an error (or no comparison),
+// status.sync.status Unknown and a ComparisonError condition naming it;
+// else status.sync (status and the revisions compared with: revision for
+// spec.source, revisions for spec.sources), status.resources as cmp lists
+// them (at most MaxStatusResources) with the health the last operation
+// recorded for each, and no ComparisonError condition.
+func ApplyComparison(status *v1alpha1.ApplicationStatus, app *v1alpha1.Application, cmp *syncer.Comparison, cmpErr error, now metav1.Time) {
+	status.ReconciledAt = &now
+	if cmpErr != nil || cmp == nil {
+		msg := "the live state was not compared with Git"
+		if cmpErr != nil {
+			msg = cmpErr.Error()
+		}
+		status.Sync.Status = v1alpha1.SyncStatusCodeUnknown
+		SetCondition(status, v1alpha1.ApplicationConditionComparisonError, msg)
+		return
+	}
+	SetCondition(status, v1alpha1.ApplicationConditionComparisonError, "")
+	status.Sync = v1alpha1.SyncStatus{Status: cmp.Status}
+	if app.Spec.HasMultipleSources() {
+		status.Sync.Revisions = slices.Clone(cmp.Revisions)
+	} else if len(cmp.Revisions) > 0 {
+		status.Sync.Revision = cmp.Revisions[0]
+	}
+	health := map[string]*v1alpha1.HealthStatus{}
+	for _, r := range status.Resources {
+		health[resourceStatusKey(r)] = r.Health
+	}
+	resources := make([]v1alpha1.ResourceStatus, 0, min(len(cmp.Resources), MaxStatusResources))
+	for _, r := range cmp.Resources {
+		if len(resources) == MaxStatusResources {
+			break
+		}
+		r.Health = health[resourceStatusKey(r)]
+		resources = append(resources, r)
+	}
+	status.Resources = resources
+}
+
+func resourceStatusKey(r v1alpha1.ResourceStatus) string {
+	return strings.Join([]string{r.Group, r.Kind, r.Namespace, r.Name}, "/")
+}
+
+// SetCondition sets the condition of type typ to message ("" removes it)
+// and reports whether status changed. LastTransitionTime is when the
+// condition appeared; a new message keeps it.
+func SetCondition(status *v1alpha1.ApplicationStatus, typ, message string) bool {
+	for i, cond := range status.Conditions {
+		if cond.Type != typ {
+			continue
+		}
+		if message == "" {
+			status.Conditions = append(status.Conditions[:i], status.Conditions[i+1:]...)
+			return true
+		}
+		if cond.Message == message {
+			return false
+		}
+		status.Conditions[i].Message = message
+		return true
+	}
+	if message == "" {
+		return false
+	}
+	now := metav1.Now()
+	status.Conditions = append(status.Conditions, v1alpha1.ApplicationCondition{Type: typ, Message: message, LastTransitionTime: &now})
+	return true
 }

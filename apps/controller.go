@@ -143,8 +143,9 @@ type Controller struct {
 	revs     map[string][]string          // the revisions each Application was last compared at
 	selfHeal map[string]selfHealState     // selfHeal's last sync of each Application
 	looking  map[string]bool              // a look runs (lookAsync); true: the next one resolves revisions again
-	// lookSlots bounds the looks running at once (lookWorkers).
-	lookSlots chan struct{}
+	// lookSlots and liveSlots bound the looks running at once (lookWorkers,
+	// liveLookWorkers).
+	lookSlots, liveSlots chan struct{}
 	// deleting: a deletion of the Application's resources runs (this
 	// term); deleteFailures: the backoff of failed ones.
 	deleting       map[string]bool
@@ -239,7 +240,7 @@ func NewController(opts ControllerOptions) (*Controller, error) {
 		deleting: map[string]bool{}, deleteFailures: map[string]deletionRetry{},
 		pending: map[string]recordedOperation{}, cleared: map[types.UID]int64{}, running: map[string]recordedOperation{}, due: map[string]bool{},
 		liveDue: map[string]bool{}, revs: map[string][]string{}, selfHeal: map[string]selfHealState{},
-		looking: map[string]bool{}, lookSlots: make(chan struct{}, lookWorkers),
+		looking: map[string]bool{}, lookSlots: make(chan struct{}, lookWorkers), liveSlots: make(chan struct{}, liveLookWorkers),
 		subs: map[string]map[*appSub]struct{}{}, servedChanged: make(chan struct{}, 1),
 	}
 	if len(opts.Namespaces) > 0 {
@@ -282,4 +283,5 @@ const (
 const (
 	reconcileWorkers = 2
 	lookWorkers      = 4
+	liveLookWorkers  = 2
 )

@@ -119,7 +119,8 @@ func lastSynced(app *v1alpha1.Application) string {
 	return strings.Join(st.SyncResult.RevisionList(), ",")
 }
 
-// lookAsync runs look in a goroutine bounded by lookWorkers, one per
+// lookAsync runs look in a goroutine bounded by lookWorkers (and
+// liveLookWorkers for looks at the revisions resolved last), one per
 // Application at a time (a look due meanwhile runs after it, resolving the
 // revisions again if either asked to): a look resolves revisions and may
 // wait on a slow Git server, and must not hold up the reconcile workers
@@ -136,11 +137,17 @@ func (c *Controller) lookAsync(ctx context.Context, app *v1alpha1.Application, f
 	}
 	c.looking[key] = false
 	c.mu.Unlock()
+	// Looks a tracked object's change asked for have slots of their own:
+	// they do not wait behind a period's look at every Application.
+	slots := c.lookSlots
+	if !full {
+		slots = c.liveSlots
+	}
 	go func() {
 		select {
-		case c.lookSlots <- struct{}{}:
+		case slots <- struct{}{}:
 			err := c.look(ctx, app, full)
-			<-c.lookSlots
+			<-slots
 			if err != nil && ctx.Err() == nil {
 				c.log.Warn("looking at the Application failed; retrying", "application", key, "error", err.Error())
 				queue.AddRateLimited(key)
@@ -170,7 +177,7 @@ func (c *Controller) writeComparison(ctx context.Context, app *v1alpha1.Applicat
 	if app.DeletionTimestamp != nil {
 		return nil
 	}
-	return c.updateStatus(ctx, app, func(status *v1alpha1.ApplicationStatus) bool {
+	changes := func(status *v1alpha1.ApplicationStatus) bool {
 		before := status.DeepCopy()
 		appstatus.ApplyComparison(status, app, cmp, cmpErr, metav1.Now())
 		if before.ReconciledAt == nil {
@@ -178,7 +185,14 @@ func (c *Controller) writeComparison(ctx context.Context, app *v1alpha1.Applicat
 		}
 		before.ReconciledAt = status.ReconciledAt
 		return !equality.Semantic.DeepEqual(before, status)
-	})
+	}
+	// The informer's copy decides first: a steady Application costs no
+	// request at all (the write re-reads, and decides again, only when
+	// something changed).
+	if cached := app.Status.DeepCopy(); !changes(cached) {
+		return nil
+	}
+	return c.updateStatus(ctx, app, changes)
 }
 
 // selfHealState is when selfHeal last synced an Application, and how many

@@ -2,6 +2,7 @@ package apps
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"deputy.dev/deputy/apps/appstatus"
+	"deputy.dev/deputy/policy"
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer"
 )
@@ -57,6 +59,9 @@ func (c *Controller) LiveChanged(namespace, name string) {
 func (c *Controller) look(ctx context.Context, app *v1alpha1.Application, full bool) error {
 	key := appKey(app.Namespace, app.Name)
 	project, err := c.opts.Projects(app)
+	if errors.Is(err, policy.ErrNotLoaded) {
+		return nil // deputy is starting: looked at again next period
+	}
 	if err != nil {
 		c.log.Warn("the Application's AppProject is not usable; not compared, no automated sync", "application", key, "error", err.Error())
 		return c.notCompared(ctx, app, err) // looked at again next period

@@ -338,7 +338,17 @@ func (c *Controller) autoSync(ctx context.Context, app *v1alpha1.Application, pr
 		// drifted is unknown, and syncing again would not tell.
 		return nil
 	default:
-		if wait := c.selfHealWait(key, time.Now()); wait > 0 {
+		// Right after an operation the live-state cache may not have seen
+		// all of its writes yet (a pruned object still listed): wait
+		// selfHealInterval after it, and the next look decides.
+		wait := time.Duration(0)
+		if last.FinishedAt != nil {
+			wait = time.Until(last.FinishedAt.Add(selfHealInterval))
+		}
+		if wait <= 0 {
+			wait = c.selfHealWait(key, time.Now())
+		}
+		if wait > 0 {
 			c.mu.Lock()
 			q := c.queue
 			c.liveDue[key] = true

@@ -671,9 +671,11 @@ func TestAttack05RenderLimits(t *testing.T) {
 			// Once the operation has ended, a new leader still reads the
 			// repository (drift detection resolves every Application's
 			// revision): that is not a run of the operation.
-			if a := getApplication(t, nsB, app.name); requested && a.Operation == nil && a.Status.OperationState != nil &&
-				a.Status.OperationState.Phase != v1alpha1.OperationRunning {
-				break
+			if requested {
+				if a := getApplication(t, nsB, app.name); a.Operation == nil && a.Status.OperationState != nil &&
+					a.Status.OperationState.Phase != v1alpha1.OperationRunning {
+					break
+				}
 			}
 			before := len(s.git.RequestsUnder("/hang/retry.git"))
 			rep := s.startReplica(t, nil)

@@ -150,10 +150,15 @@ func TestEngineDiffAndCompareAsTheServiceAccount(t *testing.T) {
 	shas := second.SyncResult.RevisionList()
 
 	t.Run("an edit by another field manager is drift; the diff shows it", func(t *testing.T) {
-		cmp, err := engine.Compare(t.Context(), app, project, shas)
-		if err != nil || cmp.Status != v1alpha1.SyncStatusCodeSynced {
-			t.Fatalf("after the second sync: %+v, %v", cmp, err)
-		}
+		// The live-state cache sees the sync's writes (the pruned object's
+		// deletion) an instant later.
+		eventually(t, "the comparison after the second sync says Synced", func() error {
+			cmp, err := engine.Compare(t.Context(), app, project, shas)
+			if err != nil || cmp.Status != v1alpha1.SyncStatusCodeSynced {
+				return fmt.Errorf("%+v, %v", cmp, err)
+			}
+			return nil
+		})
 		cs := admin(t)
 		if _, err := cs.CoreV1().ConfigMaps(ns).Patch(t.Context(), "settings", types.MergePatchType, []byte(`{"data":{"color":"red"}}`),
 			metav1.PatchOptions{FieldManager: "kubectl-edit"}); err != nil {

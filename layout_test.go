@@ -35,7 +35,7 @@ var allowedImports = map[string][]string{
 	"syncer/waves":            {"policy/v1alpha1"},
 	"syncer/health":           {"policy/v1alpha1", "syncer/waves"},
 	"syncer/livestate":        {},
-	"syncer/source":           {"policy/v1alpha1", "internal/secretfile", "syncer/source/helm", "syncer/source/localrepo", "syncer/source/chartrepo", "syncer/source/gitfetch", "syncer/source/limit"},
+	"syncer/source":           {"policy/v1alpha1", "internal/secretfile", "internal/manifest", "syncer/source/helm", "syncer/source/localrepo", "syncer/source/chartrepo", "syncer/source/gitfetch", "syncer/source/limit"},
 	"syncer/source/localrepo": {},
 	"syncer/source/helm":      {"policy/v1alpha1"},
 	"syncer/source/chartrepo": {"policy", "policy/v1alpha1", "syncer/source/limit"},
@@ -52,6 +52,7 @@ var allowedImports = map[string][]string{
 	"manifests":               {"authorizer", "config", "certs", "policy", "policy/v1alpha1"},
 	"examples":                {},
 	"internal/secretfile":     {},
+	"internal/manifest":       {},
 }
 
 // clientOnly are packages deputy's client commands use: their whole

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -13,12 +11,12 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
+
+	"deputy.dev/deputy/internal/manifest"
 )
 
 // Bounds of what --local reads: the files' bytes (deputy's request limit,
@@ -163,7 +161,7 @@ func (r *localReader) plain() ([]*unstructured.Unstructured, error) {
 		if err != nil {
 			return err
 		}
-		docs, err := decodeLocalManifests(data)
+		docs, err := manifest.Decode(data)
 		if err != nil {
 			return fmt.Errorf("%s: %w", rel, err)
 		}
@@ -182,52 +180,6 @@ func localManifestFile(name string) bool {
 		return true
 	}
 	return false
-}
-
-// decodeLocalManifests splits multi-document YAML (or JSON) into objects;
-// empty documents are skipped and a List's items are expanded, as kubectl
-// and deputy's render do.
-func decodeLocalManifests(data []byte) ([]*unstructured.Unstructured, error) {
-	rd := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	var objs []*unstructured.Unstructured
-	for doc := 1; ; doc++ {
-		raw, err := rd.Read()
-		if errors.Is(err, io.EOF) {
-			return objs, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("document %d: %w", doc, err)
-		}
-		js, err := yaml.YAMLToJSON(raw)
-		if err != nil {
-			return nil, fmt.Errorf("document %d: %w", doc, err)
-		}
-		if t := bytes.TrimSpace(js); len(t) == 0 || bytes.Equal(t, []byte("null")) {
-			continue
-		}
-		u := &unstructured.Unstructured{}
-		if err := u.UnmarshalJSON(js); err != nil {
-			return nil, fmt.Errorf("document %d is not a Kubernetes object (it needs apiVersion and kind): %w", doc, err)
-		}
-		if u.IsList() {
-			err := u.EachListItem(func(o runtime.Object) error {
-				item, ok := o.(*unstructured.Unstructured)
-				if !ok {
-					return fmt.Errorf("list item of type %T", o)
-				}
-				objs = append(objs, item)
-				return nil
-			})
-			if err != nil {
-				return nil, fmt.Errorf("document %d: %w", doc, err)
-			}
-			continue
-		}
-		if u.GetKind() == "" || u.GetAPIVersion() == "" {
-			return nil, fmt.Errorf("document %d has no apiVersion or kind", doc)
-		}
-		objs = append(objs, u)
-	}
 }
 
 // kustomize copies the root's files (hidden directories skipped) into an

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
+	"deputy.dev/deputy/internal/manifest"
 	"deputy.dev/deputy/policy/v1alpha1"
 )
 
@@ -164,7 +165,7 @@ func TestRenderChartFromAHelmRepository(t *testing.T) {
 		if err != nil {
 			t.Fatalf("helm template: %v", err)
 		}
-		want, err := decodeManifests(out)
+		want, err := manifest.Decode(out)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,13 +1,10 @@
 package source
 
 import (
-	"bufio"
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"path"
 	"path/filepath"
@@ -19,11 +16,9 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/kustomize/api/konfig"
-	"sigs.k8s.io/yaml"
 
+	"deputy.dev/deputy/internal/manifest"
 	"deputy.dev/deputy/policy/v1alpha1"
 	"deputy.dev/deputy/syncer/source/helm"
 )
@@ -288,7 +283,7 @@ func renderPlain(gfs *gitFS, sub *node) ([]*unstructured.Unstructured, error) {
 		if err != nil {
 			return nil, err
 		}
-		docs, err := decodeManifests(data)
+		docs, err := manifest.Decode(data)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", full, err)
 		}
@@ -322,49 +317,4 @@ func symlinkTarget(link, target string) (string, error) {
 		p = ""
 	}
 	return p, nil
-}
-
-// decodeManifests splits multi-document YAML (or JSON) into objects; empty
-// documents are skipped and a List's items are expanded, as kubectl does.
-func decodeManifests(data []byte) ([]*unstructured.Unstructured, error) {
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	var objs []*unstructured.Unstructured
-	for doc := 1; ; doc++ {
-		raw, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return objs, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("document %d: %w", doc, err)
-		}
-		js, err := yaml.YAMLToJSON(raw)
-		if err != nil {
-			return nil, fmt.Errorf("document %d: %w", doc, err)
-		}
-		if t := bytes.TrimSpace(js); len(t) == 0 || bytes.Equal(t, []byte("null")) {
-			continue
-		}
-		u := &unstructured.Unstructured{}
-		if err := u.UnmarshalJSON(js); err != nil {
-			return nil, fmt.Errorf("document %d is not a Kubernetes object (it needs apiVersion and kind): %w", doc, err)
-		}
-		if u.IsList() {
-			err := u.EachListItem(func(o runtime.Object) error {
-				item, ok := o.(*unstructured.Unstructured)
-				if !ok {
-					return fmt.Errorf("list item of type %T", o)
-				}
-				objs = append(objs, item)
-				return nil
-			})
-			if err != nil {
-				return nil, fmt.Errorf("document %d: %w", doc, err)
-			}
-			continue
-		}
-		if u.GetKind() == "" || u.GetAPIVersion() == "" {
-			return nil, fmt.Errorf("document %d has no apiVersion or kind", doc)
-		}
-		objs = append(objs, u)
-	}
 }

@@ -10,9 +10,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 
 	"deputy.dev/deputy/apps/appstatus"
 	"deputy.dev/deputy/policy"
@@ -291,35 +289,11 @@ func (c *Controller) writeDeletionCondition(ctx context.Context, app *v1alpha1.A
 	})
 }
 
-// updateStatus reads app's status, lets change modify it, and writes it
-// when change reports a change, re-reading on conflicts. It writes nothing
-// to a replaced (another UID) or deleted Application; a status that does
-// not decode is replaced.
+// updateStatus is changeStatus for app, where an Application deleted or
+// replaced meanwhile is not an error: there is nothing to write to.
 func (c *Controller) updateStatus(ctx context.Context, app *v1alpha1.Application, change func(*v1alpha1.ApplicationStatus) bool) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		u, err := c.client.Namespace(app.Namespace).Get(ctx, app.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if u.GetUID() != app.UID {
-			return nil
-		}
-		var status v1alpha1.ApplicationStatus
-		if raw, ok := u.Object["status"].(map[string]any); ok {
-			_ = runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &status)
-		}
-		if !change(&status) {
-			return nil
-		}
-		content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&status)
-		if err != nil {
-			return err
-		}
-		u.Object["status"] = content
-		_, err = c.client.Namespace(app.Namespace).UpdateStatus(ctx, u, metav1.UpdateOptions{FieldManager: syncer.FieldManager})
+	if err := c.changeStatus(ctx, app.Namespace, app.Name, app.UID, change); !errors.Is(err, errReplaced) {
 		return err
-	})
+	}
+	return nil
 }

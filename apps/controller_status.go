@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 
 	"deputy.dev/deputy/apps/appstatus"
@@ -69,6 +70,25 @@ var errReplaced = errors.New("not written: the Application was deleted (and perh
 // recordOutcome) of the Application rec was recorded on, re-reading on
 // conflicts. It writes nothing to a replaced Application (errReplaced).
 func (c *Controller) writeStatus(ctx context.Context, namespace, name string, rec recordedOperation, state *v1alpha1.OperationState) error {
+	return c.changeStatus(ctx, namespace, name, rec.uid, func(status *v1alpha1.ApplicationStatus) bool {
+		status.OperationState = state
+		if sync, ok := v1alpha1.SyncStatusAfter(state); ok {
+			status.Sync = sync
+		} else if status.Sync.Status == "" {
+			status.Sync.Status = v1alpha1.SyncStatusCodeUnknown
+		}
+		if appstatus.AttemptEnded(state) {
+			appstatus.RecordOutcome(status, state, metav1.Now())
+		}
+		return true
+	})
+}
+
+// changeStatus reads the status of Application namespace/name, lets change
+// modify it, and writes it when change reports a change, re-reading on
+// conflicts; a status that does not decode is replaced. An Application that
+// is gone or is another object (not uid) gets nothing written: errReplaced.
+func (c *Controller) changeStatus(ctx context.Context, namespace, name string, uid types.UID, change func(*v1alpha1.ApplicationStatus) bool) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		u, err := c.client.Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -77,21 +97,15 @@ func (c *Controller) writeStatus(ctx context.Context, namespace, name string, re
 		if err != nil {
 			return err
 		}
-		if u.GetUID() != rec.uid {
+		if u.GetUID() != uid {
 			return errReplaced
 		}
 		var status v1alpha1.ApplicationStatus
 		if raw, ok := u.Object["status"].(map[string]any); ok {
 			_ = runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &status) // a bad old status is replaced
 		}
-		status.OperationState = state
-		if sync, ok := v1alpha1.SyncStatusAfter(state); ok {
-			status.Sync = sync
-		} else if status.Sync.Status == "" {
-			status.Sync.Status = v1alpha1.SyncStatusCodeUnknown
-		}
-		if appstatus.AttemptEnded(state) {
-			appstatus.RecordOutcome(&status, state, metav1.Now())
+		if !change(&status) {
+			return nil
 		}
 		content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&status)
 		if err != nil {

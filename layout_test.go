@@ -23,8 +23,9 @@ const module = "deputy.dev/deputy"
 // layout. "*" allows every package of the module.
 var allowedImports = map[string][]string{
 	"cmd/deputy":              {"*"},
-	"serve":                   {"webhook", "apps", "syncer", "syncer/source", "syncer/cluster", "authorizer", "tokenreview", "policy", "policy/clustersource", "policy/v1alpha1", "config", "certs", "examples", "internal/secretfile"},
-	"webhook":                 {"apps", "apps/gitpush", "authorizer", "tokenreview", "policy", "policy/v1alpha1", "internal/secretfile"},
+	"serve":                   {"webhook", "apps", "syncer", "syncer/source", "syncer/cluster", "authorizer", "tokenreview", "policy", "policy/clustersource", "policy/v1alpha1", "config", "certs", "examples", "internal/secretfile", "webhook/decisionlog"},
+	"webhook":                 {"apps", "apps/gitpush", "authorizer", "tokenreview", "policy", "policy/v1alpha1", "internal/secretfile", "webhook/decisionlog"},
+	"webhook/decisionlog":     {},
 	"apps":                    {"apps/gitpush", "apps/appstatus", "syncer", "syncer/health", "syncer/diff", "syncer/livestate", "policy", "policy/v1alpha1"},
 	"syncer":                  {"syncer/source", "syncer/health", "syncer/waves", "syncer/permissions", "syncer/diff", "syncer/livestate", "syncer/cluster", "policy", "policy/v1alpha1"},
 	"syncer/diff":             {},

@@ -20,6 +20,9 @@
 //   - New composes deputy's authorizers with k8s.io/apiserver's union and
 //     applies the configured default decision; a default denial names the
 //     closest binding (ExplainDenial), computed on the deny path only;
+//     Decide also says which authorizer decided (gate, rbac, default, none),
+//     and ImpersonationShape labels a request's impersonation check from a
+//     fixed list, for metrics and decision logs;
 //   - BootstrapGrants are kube-apiserver's bootstrap grants every client
 //     needs, which a policy with default decision Deny must keep.
 //

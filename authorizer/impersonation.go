@@ -138,3 +138,88 @@ func classifyImpersonation(a authorizer.Attributes) (kind ImpersonationKind, mod
 	}
 	return kind, mode, onVerb
 }
+
+// Impersonation shapes: the bounded label ImpersonationShape gives a
+// request's attributes, for metrics and decision logs.
+const (
+	// ShapeNone is a request that is not an impersonation check.
+	ShapeNone = "none"
+	// ShapeOther ends a shape whose mode or target deputy does not know,
+	// e.g. "constrained:other".
+	ShapeOther = "other"
+)
+
+// shapes are every impersonation shape but ShapeNone, precomputed so that
+// ImpersonationShape does not allocate: "legacy:<target>" by group and
+// resource, "constrained:<mode>" and "on:<mode>" by mode.
+var shapes = func() (m struct {
+	legacy          map[string]map[string]string
+	constrained, on map[string]string
+}) {
+	m.legacy, m.constrained, m.on = map[string]map[string]string{}, map[string]string{}, map[string]string{}
+	for group, resources := range legacyTargets {
+		m.legacy[group] = map[string]string{}
+		for _, r := range resources {
+			m.legacy[group][r] = "legacy:" + r
+		}
+	}
+	for mode := range modeResources {
+		m.constrained[mode] = "constrained:" + mode
+		m.on[mode] = "on:" + mode
+	}
+	return m
+}()
+
+// ImpersonationShapes lists every value ImpersonationShape returns, sorted.
+func ImpersonationShapes() []string {
+	out := []string{ShapeNone, "legacy:" + ShapeOther, "constrained:" + ShapeOther, "on:" + ShapeOther}
+	for _, m := range append(slices.Collect(maps.Values(shapes.legacy)), shapes.constrained, shapes.on) {
+		for _, v := range m {
+			out = append(out, v)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ImpersonationShape is a bounded label of the impersonation check a
+// request's attributes make, by the grammar of kube-apiserver's
+// impersonation filters (k8s.io/apiserver/pkg/endpoints/filters/impersonation):
+//
+//   - "none": any verb but impersonate, impersonate:<mode> and
+//     impersonate-on:<mode>:<verb>;
+//   - "legacy:<target>": verb impersonate on users, groups or
+//     serviceaccounts (group "") or uids or userextras (authentication.k8s.io);
+//   - "constrained:<mode>": verb impersonate:<mode> for the modes
+//     serviceaccount, user-info, arbitrary-node and associated-node;
+//   - "on:<mode>": verb impersonate-on:<mode>:<verb> of those modes (the
+//     real request's verb is not part of the label).
+//
+// A target or mode outside those lists gives "legacy:other",
+// "constrained:other" or "on:other". ImpersonationShapes lists every value.
+// It does not allocate.
+func ImpersonationShape(a authorizer.Attributes) string {
+	kind, mode, _ := ParseImpersonationVerb(a.GetVerb())
+	var s string
+	var ok bool
+	switch kind {
+	case NotImpersonation:
+		return ShapeNone
+	case LegacyImpersonate:
+		if a.IsResourceRequest() {
+			s, ok = shapes.legacy[a.GetAPIGroup()][a.GetResource()]
+		}
+		if !ok {
+			s = "legacy:" + ShapeOther
+		}
+	case ConstrainedImpersonate:
+		if s, ok = shapes.constrained[mode]; !ok {
+			s = "constrained:" + ShapeOther
+		}
+	case ImpersonateOn:
+		if s, ok = shapes.on[mode]; !ok {
+			s = "on:" + ShapeOther
+		}
+	}
+	return s
+}

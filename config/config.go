@@ -225,6 +225,14 @@ type Logging struct {
 	Level string `json:"level,omitempty"`
 	// Format is text (default) or json.
 	Format string `json:"format,omitempty"`
+	// Decisions is which SubjectAccessReview decisions are logged, one JSON
+	// line each on stderr whatever Format says: none (default), denied
+	// (every decision that is not an Allow: Deny and NoOpinion) or all
+	// (--log-decisions).
+	Decisions string `json:"decisions,omitempty"`
+	// DecisionSampleRate is the fraction of the decisions Decisions selects
+	// that are logged, in (0, 1]. Default 1 (--log-decision-sample-rate).
+	DecisionSampleRate *float64 `json:"decisionSampleRate,omitempty"`
 }
 
 // Defaults of the embedded configuration.
@@ -295,6 +303,13 @@ func SetDefaults(c *DeputyConfiguration) {
 	}
 	if c.Logging.Format == "" {
 		c.Logging.Format = "text"
+	}
+	if c.Logging.Decisions == "" {
+		c.Logging.Decisions = "none"
+	}
+	if c.Logging.DecisionSampleRate == nil {
+		one := 1.0
+		c.Logging.DecisionSampleRate = &one
 	}
 	SetSyncDefaults(&c.Sync, c.Cluster)
 	SetControllerDefaults(&c.Sync)
@@ -430,6 +445,15 @@ func Validate(c *DeputyConfiguration) field.ErrorList {
 	case "text", "json":
 	default:
 		errs = append(errs, field.NotSupported(field.NewPath("logging", "format"), c.Logging.Format, []string{"text", "json"}))
+	}
+	switch c.Logging.Decisions {
+	case "none", "denied", "all":
+	default:
+		errs = append(errs, field.NotSupported(field.NewPath("logging", "decisions"), c.Logging.Decisions, []string{"none", "denied", "all"}))
+	}
+	if r := c.Logging.DecisionSampleRate; r != nil && !(*r > 0 && *r <= 1) {
+		errs = append(errs, field.Invalid(field.NewPath("logging", "decisionSampleRate"), *r,
+			"must be a fraction in (0, 1], e.g. 0.1 to log one decision in ten (--log-decision-sample-rate); to log none set logging.decisions: none"))
 	}
 	errs = append(errs, validateSync(&c.Sync, c.Cluster, field.NewPath("sync"))...)
 	errs = append(errs, validateSyncSources(c, field.NewPath("sync"))...)

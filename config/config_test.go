@@ -95,6 +95,42 @@ func TestValidateReportsEveryErrorWithItsField(t *testing.T) {
 	}
 }
 
+func TestDecisionLogSettings(t *testing.T) {
+	c := Default()
+	if c.Logging.Decisions != "none" || c.Logging.DecisionSampleRate == nil || *c.Logging.DecisionSampleRate != 1 {
+		t.Errorf("decision log defaults: %q, %v; want none, 1", c.Logging.Decisions, c.Logging.DecisionSampleRate)
+	}
+	for _, tt := range []struct {
+		name      string
+		decisions string
+		rate      float64
+		wantField string
+		wantHint  string
+	}{
+		{"denied at a tenth is valid", "denied", 0.1, "", ""},
+		{"all at the full rate is valid", "all", 1, "", ""},
+		{"an unknown mode names the modes", "deny", 1, "logging.decisions", `"none", "denied", "all"`},
+		{"a zero rate says how to log nothing", "all", 0, "logging.decisionSampleRate", "logging.decisions: none"},
+		{"a rate above one is refused", "all", 1.5, "logging.decisionSampleRate", "(0, 1]"},
+		{"a negative rate is refused", "denied", -0.5, "logging.decisionSampleRate", "(0, 1]"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Default()
+			c.Logging.Decisions, c.Logging.DecisionSampleRate = tt.decisions, &tt.rate
+			errs := Validate(c)
+			if tt.wantField == "" {
+				if len(errs) > 0 {
+					t.Errorf("errors %v, want none", errs)
+				}
+				return
+			}
+			if len(errs) != 1 || errs[0].Field != tt.wantField || !strings.Contains(errs[0].Error(), tt.wantHint) {
+				t.Errorf("errors %v, want one on %s saying %s", errs, tt.wantField, tt.wantHint)
+			}
+		})
+	}
+}
+
 func TestSyncDefaults(t *testing.T) {
 	c := Default()
 	if c.Sync.Impersonation.Enabled || !c.Sync.Impersonation.IsEnforced() || c.Sync.CacheDir != ".deputy/repos" || c.Sync.Parallelism != 8 ||

@@ -3,9 +3,12 @@ package serve
 import (
 	"context"
 	"crypto/tls"
+	"io"
 	"log/slog"
 	"net"
+	"os"
 	"sync/atomic"
+	"time"
 
 	"deputy.dev/deputy/apps"
 	"deputy.dev/deputy/authorizer"
@@ -13,6 +16,7 @@ import (
 	"deputy.dev/deputy/policy"
 	"deputy.dev/deputy/tokenreview"
 	"deputy.dev/deputy/webhook"
+	"deputy.dev/deputy/webhook/decisionlog"
 )
 
 // Serving describes what Run resolved from the configuration, for the
@@ -108,6 +112,9 @@ func Run(ctx context.Context, cfg *config.DeputyConfiguration, log *slog.Logger,
 		return err
 	}
 
+	decisions := newDecisionLog(cfg.Logging, metrics, os.Stderr)
+	defer closeDecisionLog(decisions, log)
+
 	srv := webhook.NewServer(webhook.ServerOptions{
 		Listen:                       cfg.Listen,
 		CertFile:                     tlsFiles.certFile,
@@ -115,17 +122,18 @@ func Run(ctx context.Context, cfg *config.DeputyConfiguration, log *slog.Logger,
 		MinTLSVersion:                minTLSVersion(cfg.TLS.MinVersion),
 		ClientAuth:                   clientAuth,
 		RequireClientCertForValidate: cfg.TLS.RequireClientCertForValidate,
-		Authorize:                    &webhook.AuthorizeHandler{Authorizer: authz, Metrics: metrics, Log: log},
-		Authenticate:                 newAuthenticateHandler(cfg.Authentication, chains, source, metrics, log),
-		API:                          api,
-		GitWebhook:                   gitHook,
-		Validate:                     newValidateHandler(cfg.Authorization, metrics, log),
-		Readiness:                    mode.readiness(source),
-		Metrics:                      metrics,
-		Log:                          log,
-		ShutdownDelay:                cfg.Shutdown.Delay.Duration,
-		GracePeriod:                  cfg.Shutdown.GracePeriod.Duration,
-		BeforeStop:                   stopSyncs,
+		Authorize: &webhook.AuthorizeHandler{Authorizer: authz, Metrics: metrics, Log: log,
+			DecisionLog: decisions, PolicyGeneration: policyGeneration(source)},
+		Authenticate:  newAuthenticateHandler(cfg.Authentication, chains, source, metrics, log),
+		API:           api,
+		GitWebhook:    gitHook,
+		Validate:      newValidateHandler(cfg.Authorization, metrics, log),
+		Readiness:     mode.readiness(source),
+		Metrics:       metrics,
+		Log:           log,
+		ShutdownDelay: cfg.Shutdown.Delay.Duration,
+		GracePeriod:   cfg.Shutdown.GracePeriod.Duration,
+		BeforeStop:    stopSyncs,
 		OnListen: func(addr net.Addr) {
 			if ready != nil {
 				serving.Addr = addr
@@ -134,6 +142,55 @@ func Run(ctx context.Context, cfg *config.DeputyConfiguration, log *slog.Logger,
 		},
 	})
 	return srv.Run(ctx)
+}
+
+// newDecisionLog starts the decision log of logging.decisions (nil for
+// none): JSON lines on w, counted in deputy_decision_logs_written_total and
+// deputy_decision_logs_dropped_total.
+func newDecisionLog(l config.Logging, metrics *webhook.Metrics, w io.Writer) *decisionlog.Logger {
+	mode, err := decisionlog.ParseMode(l.Decisions)
+	if err != nil || mode == decisionlog.None {
+		return nil // config.Validate refuses an unknown mode
+	}
+	rate := 1.0
+	if l.DecisionSampleRate != nil {
+		rate = *l.DecisionSampleRate
+	}
+	written, dropped := metrics.DecisionLogCounters()
+	return decisionlog.New(decisionlog.Options{Mode: mode, SampleRate: rate, Output: w, Written: written, Dropped: dropped})
+}
+
+// closeDecisionLog writes what the decision log holds once the server has
+// stopped serving (its drained requests logged their decisions), for up
+// to decisionLogFlushTimeout.
+func closeDecisionLog(d *decisionlog.Logger, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), decisionLogFlushTimeout)
+	defer cancel()
+	if err := d.Close(ctx); err != nil {
+		log.Warn("decision log not flushed", "error", err.Error())
+	}
+}
+
+// decisionLogFlushTimeout bounds the flush of the decision log at
+// shutdown: stderr may block.
+const decisionLogFlushTimeout = 5 * time.Second
+
+// policyGeneration names the policy for the decision log: the first 12
+// hex digits of the serving snapshot's digest (policy.Snapshot.Digest);
+// in cluster mode the cluster's RBAC objects and AppProjects come from
+// informers and have no generation, so the digest names the file policy
+// only.
+func policyGeneration(source *policy.FileSource) func() string {
+	return func() string {
+		s := source.Current()
+		if s == nil {
+			return ""
+		}
+		if len(s.Digest) > 12 {
+			return s.Digest[:12]
+		}
+		return s.Digest
+	}
 }
 
 // minTLSVersion maps tls.minVersion ("VersionTLS12", "VersionTLS13") onto

@@ -3,13 +3,19 @@ package webhook
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
+	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	authorizationv1beta1 "k8s.io/api/authorization/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+
+	deputyauthz "deputy.dev/deputy/authorizer"
+	"deputy.dev/deputy/webhook/decisionlog"
 )
 
 // SubjectAccessReview versions deputy answers.
@@ -28,10 +34,29 @@ var subjectAccessReviewType = reviewType{kind: sarKind, v1: sarV1, v1beta1: sarV
 // Deny, neither for NoOpinion; the reason in status.reason and an evaluation
 // error in status.evaluationError. The answer is in the request's apiVersion;
 // v1beta1 spells the groups field "group".
+//
+// Every decision is counted in deputy_decisions_total{endpoint="authorize"}
+// with the authorizer that decided (when Authorizer is a Decider, else
+// "none" for a no opinion and "" otherwise) and the impersonation shape
+// (deputyauthz.ImpersonationShape), and logged to DecisionLog when it wants
+// it.
 type AuthorizeHandler struct {
 	Authorizer authorizer.Authorizer
 	Metrics    *Metrics
 	Log        *slog.Logger
+	// DecisionLog, if set, receives the decisions its mode and sample rate
+	// select (logging.decisions).
+	DecisionLog *decisionlog.Logger
+	// PolicyGeneration, if set, names the policy that decides, for the
+	// decision log (serve: a prefix of the snapshot's digest). It is read
+	// right after the decision: a reload in between is possible.
+	PolicyGeneration func() string
+}
+
+// Decider is an authorizer that also tells which authorizer decided
+// (deputy's authorizer.New).
+type Decider interface {
+	Decide(ctx context.Context, a authorizer.Attributes) deputyauthz.Result
 }
 
 // subjectAccessReview decodes a SubjectAccessReview of either version in one pass (the
@@ -128,13 +153,17 @@ func validateSARSpec(hasResource, hasNonResource bool, userName string, groups i
 }
 
 func (h *AuthorizeHandler) decide(ctx context.Context, a *authorizer.AttributesRecord) authorizationv1.SubjectAccessReviewStatus {
-	decision, reason, err := h.Authorizer.Authorize(ctx, a)
-	st := authorizationv1.SubjectAccessReviewStatus{Reason: reason}
-	if err != nil {
-		st.EvaluationError = err.Error()
+	var start time.Time
+	if h.DecisionLog.Enabled() {
+		start = time.Now()
+	}
+	res := h.authorize(ctx, a)
+	st := authorizationv1.SubjectAccessReviewStatus{Reason: res.Reason}
+	if res.Err != nil {
+		st.EvaluationError = res.Err.Error()
 	}
 	var label string
-	switch decision {
+	switch res.Decision {
 	case authorizer.DecisionAllow:
 		st.Allowed, label = true, "allow"
 	case authorizer.DecisionDeny:
@@ -142,15 +171,56 @@ func (h *AuthorizeHandler) decide(ctx context.Context, a *authorizer.AttributesR
 	default:
 		label = "no_opinion"
 	}
-	h.Metrics.decision("authorize", label)
+	shape := deputyauthz.ImpersonationShape(a)
+	h.Metrics.authorizeDecision(label, res.Authorizer, shape)
+	if h.DecisionLog.Wants(st.Allowed) {
+		h.logDecision(ctx, a, &st, label, res.Authorizer, shape, start)
+	}
 	if h.Log.Enabled(ctx, slog.LevelDebug) {
 		h.Log.LogAttrs(ctx, slog.LevelDebug, "authorization decision",
 			slog.String("requestID", requestID(ctx)), slog.String("user", a.User.GetName()),
 			slog.String("verb", a.Verb), slog.String("namespace", a.Namespace), slog.String("group", a.APIGroup),
 			slog.String("resource", a.Resource), slog.String("subresource", a.Subresource), slog.String("name", a.Name),
-			slog.String("path", a.Path), slog.String("decision", label), slog.String("reason", reason))
+			slog.String("path", a.Path), slog.String("decision", label), slog.String("reason", res.Reason),
+			slog.String("authorizer", res.Authorizer))
 	}
 	return st
+}
+
+// authorize asks the Authorizer, through Decide when it is a Decider.
+func (h *AuthorizeHandler) authorize(ctx context.Context, a authorizer.Attributes) deputyauthz.Result {
+	if d, ok := h.Authorizer.(Decider); ok {
+		return d.Decide(ctx, a)
+	}
+	decision, reason, err := h.Authorizer.Authorize(ctx, a)
+	res := deputyauthz.Result{Decision: decision, Reason: reason, Err: err}
+	if decision == authorizer.DecisionNoOpinion {
+		res.Authorizer = deputyauthz.DecidedByNone
+	}
+	return res
+}
+
+// logDecision hands one decision to the decision log: attributes and the
+// subject's names only (of extra, the keys: values may hold credential
+// IDs), never the request's body or headers.
+func (h *AuthorizeHandler) logDecision(ctx context.Context, a *authorizer.AttributesRecord, st *authorizationv1.SubjectAccessReviewStatus,
+	decision, by, shape string, start time.Time) {
+	now := time.Now()
+	e := decisionlog.Entry{
+		Time: now, RequestID: requestID(ctx),
+		User: a.User.GetName(), UID: a.User.GetUID(), Groups: a.User.GetGroups(),
+		Verb: a.Verb, APIGroup: a.APIGroup, APIVersion: a.APIVersion, Resource: a.Resource, Subresource: a.Subresource,
+		Namespace: a.Namespace, Name: a.Name, Path: a.Path, ResourceRequest: a.ResourceRequest,
+		Decision: decision, Reason: st.Reason, EvaluationError: st.EvaluationError,
+		Authorizer: by, Impersonation: shape, Duration: now.Sub(start),
+	}
+	if extra := a.User.GetExtra(); len(extra) > 0 {
+		e.ExtraKeys = slices.Sorted(maps.Keys(extra))
+	}
+	if h.PolicyGeneration != nil {
+		e.PolicyGeneration = h.PolicyGeneration()
+	}
+	h.DecisionLog.Log(&e)
 }
 
 // attributesFromV1 is authorizationutil.AuthorizationAttributesFrom

@@ -21,6 +21,12 @@
 // messages and the request ID; review bodies, tokens, secrets and signatures
 // are never logged.
 //
+// Metrics: deputy_decisions_total counts /authorize's decisions by the
+// authorizer that decided and the impersonation shape (both bounded, from
+// package authorizer); its sub-package decisionlog writes the decision logs
+// (logging.decisions) off the request goroutine, from authorization
+// attributes only.
+//
 // Deputy's API and the Git push endpoint reach Applications only through
 // package apps' contract (apps.Applications: find, AppProject, start, diff,
 // status, watch; apps.SyncPush for a push), whichever the run mode.

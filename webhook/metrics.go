@@ -2,6 +2,8 @@ package webhook
 
 import (
 	"net/http"
+	"regexp"
+	"slices"
 	"strconv"
 	"time"
 
@@ -18,8 +20,11 @@ type Metrics struct {
 
 	requests  *prometheus.CounterVec   // endpoint, code
 	duration  *prometheus.HistogramVec // endpoint
-	decisions *prometheus.CounterVec   // endpoint, decision
+	decisions *prometheus.CounterVec   // endpoint, decision, authorizer, impersonation
 	inFlight  prometheus.Gauge
+
+	decisionLogsWritten prometheus.Counter
+	decisionLogsDropped prometheus.Counter
 
 	policyReloads     *prometheus.CounterVec // result
 	policyReady       prometheus.Gauge
@@ -27,6 +32,10 @@ type Metrics struct {
 
 	gitWebhookDeliveries *prometheus.CounterVec // provider, result
 	gitWebhookApps       *prometheus.CounterVec // result
+
+	// collectors are every collector registered on Registry, for
+	// MetricNames.
+	collectors []prometheus.Collector
 }
 
 // NewMetrics creates and registers deputy's metrics plus the Go runtime and
@@ -46,8 +55,19 @@ func NewMetrics() *Metrics {
 		}, []string{"endpoint"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "deputy_decisions_total",
-			Help: "Decisions by endpoint: authorize allow|deny|no_opinion, authenticate authenticated|unauthenticated|error, validate allowed|denied.",
-		}, []string{"endpoint", "decision"}),
+			Help: "Decisions by endpoint: authorize allow|deny|no_opinion, authenticate authenticated|unauthenticated|error, validate allowed|denied. " +
+				"On authorize, authorizer is who decided (gate|rbac|default: no opinion turned into a denial|none: no opinion) and impersonation the check's shape " +
+				"(none; legacy:users|groups|serviceaccounts|uids|userextras|other; constrained:<mode>|other and on:<mode>|other with mode serviceaccount|user-info|arbitrary-node|associated-node); " +
+				"other endpoints have both labels empty.",
+		}, []string{"endpoint", "decision", "authorizer", "impersonation"}),
+		decisionLogsWritten: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "deputy_decision_logs_written_total",
+			Help: "Decision log lines written (logging.decisions).",
+		}),
+		decisionLogsDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "deputy_decision_logs_dropped_total",
+			Help: "Decision log lines dropped because the writer's buffer was full (the output is slower than the decisions).",
+		}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "deputy_http_requests_in_flight",
 			Help: "Review requests being served.",
@@ -73,11 +93,52 @@ func NewMetrics() *Metrics {
 			Help: "Applications matched by Git push webhook deliveries, by result (triggered|in_progress|manual|failed).",
 		}, []string{"result"}),
 	}
-	m.Registry.MustRegister(m.requests, m.duration, m.decisions, m.inFlight,
+	m.collectors = []prometheus.Collector{m.requests, m.duration, m.decisions, m.inFlight,
+		m.decisionLogsWritten, m.decisionLogsDropped,
 		m.policyReloads, m.policyReady, m.policyLastSuccess,
 		m.gitWebhookDeliveries, m.gitWebhookApps,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})}
+	m.Registry.MustRegister(m.collectors...)
 	return m
+}
+
+// DecisionLogCounters returns the counters of decision log lines written
+// and dropped (deputy_decision_logs_written_total,
+// deputy_decision_logs_dropped_total), for the decision log's writer.
+func (m *Metrics) DecisionLogCounters() (written, dropped prometheus.Counter) {
+	return m.decisionLogsWritten, m.decisionLogsDropped
+}
+
+// Describe sends the descriptions of every metric NewMetrics registers,
+// the Go runtime and process collectors' included (prometheus.Collector's
+// Describe; Registry itself has none). With DescribedNames it lists the
+// names /metrics can export, series without observations included.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range m.collectors {
+		c.Describe(ch)
+	}
+}
+
+// fqName finds a description's metric name in its String form: client_golang's
+// Desc has no accessor for it.
+var fqName = regexp.MustCompile(`^Desc\{fqName: "([^"]+)"`)
+
+// DescribedNames returns the sorted metric names describe sends (for a
+// histogram its base name, without _bucket, _sum and _count).
+func DescribedNames(describe func(chan<- *prometheus.Desc)) []string {
+	ch := make(chan *prometheus.Desc)
+	go func() {
+		describe(ch)
+		close(ch)
+	}()
+	var names []string
+	for d := range ch {
+		if m := fqName.FindStringSubmatch(d.String()); m != nil {
+			names = append(names, m[1])
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
 }
 
 // Handler serves the registry in the Prometheus exposition format.
@@ -85,9 +146,16 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})
 }
 
-// decision counts one decision.
+// decision counts one decision of an endpoint other than authorize.
 func (m *Metrics) decision(endpoint, decision string) {
-	m.decisions.WithLabelValues(endpoint, decision).Inc()
+	m.decisions.WithLabelValues(endpoint, decision, "", "").Inc()
+}
+
+// authorizeDecision counts one decision of /authorize: by, the authorizer
+// that decided, and shape, the impersonation shape, are bounded
+// (authorizer.Result.Authorizer, authorizer.ImpersonationShape).
+func (m *Metrics) authorizeDecision(decision, by, shape string) {
+	m.decisions.WithLabelValues("authorize", decision, by, shape).Inc()
 }
 
 // PolicyLoad records a policy load attempt.

@@ -748,8 +748,15 @@ func TestAuthorizeAnswersInTheRequestVersion(t *testing.T) {
 			if diff := cmp.Diff([]*authorizer.AttributesRecord{tc.wantAttrs}, got); diff != "" {
 				t.Errorf("attributes the authorizer got (-want +got):\n%s", diff)
 			}
-			if n := counterValue(t, m, "deputy_decisions_total", map[string]string{"endpoint": "authorize", "decision": tc.wantLabel}); n != 1 {
-				t.Errorf("deputy_decisions_total{decision=%q} = %v, want 1", tc.wantLabel, n)
+			// An authorizer that is not a Decider: who decided is
+			// unknown, but a no opinion is nobody's.
+			by := ""
+			if tc.wantLabel == "no_opinion" {
+				by = "none"
+			}
+			labels := map[string]string{"endpoint": "authorize", "decision": tc.wantLabel, "authorizer": by, "impersonation": "none"}
+			if n := counterValue(t, m, "deputy_decisions_total", labels); n != 1 {
+				t.Errorf("deputy_decisions_total%v = %v, want 1", labels, n)
 			}
 		})
 	}
@@ -840,7 +847,7 @@ func TestAuthenticateAnswersInTheRequestVersion(t *testing.T) {
 			if diff := cmp.Diff([]authenticationv1.TokenReviewSpec{tc.wantSpec}, specs); diff != "" {
 				t.Errorf("specs the reviewer got (-want +got):\n%s", diff)
 			}
-			if n := counterValue(t, m, "deputy_decisions_total", map[string]string{"endpoint": "authenticate", "decision": tc.wantLabel}); n != 1 {
+			if n := counterValue(t, m, "deputy_decisions_total", map[string]string{"endpoint": "authenticate", "decision": tc.wantLabel, "authorizer": "", "impersonation": ""}); n != 1 {
 				t.Errorf("deputy_decisions_total{decision=%q} = %v, want 1", tc.wantLabel, n)
 			}
 		})
@@ -1000,7 +1007,7 @@ func TestValidateAnswersInTheRequestVersion(t *testing.T) {
 			if string(reqs[0].UID) != tc.wantUID {
 				t.Errorf("the handler got uid %q, want %q", reqs[0].UID, tc.wantUID)
 			}
-			if n := counterValue(t, m, "deputy_decisions_total", map[string]string{"endpoint": "validate", "decision": tc.wantLabel}); n != 1 {
+			if n := counterValue(t, m, "deputy_decisions_total", map[string]string{"endpoint": "validate", "decision": tc.wantLabel, "authorizer": "", "impersonation": ""}); n != 1 {
 				t.Errorf("deputy_decisions_total{decision=%q} = %v, want 1", tc.wantLabel, n)
 			}
 		})

@@ -39,6 +39,8 @@ type serveFlags struct {
 	apiAudiences    []string
 	logLevel        string
 	logFormat       string
+	logDecisions    string
+	logSampleRate   float64
 	shutdownDelay   time.Duration
 	gracePeriod     time.Duration
 	validateCert    bool
@@ -111,6 +113,8 @@ DeputyConfiguration, see docs/configuration.md).`,
 	fs.StringSliceVar(&f.apiAudiences, "api-audiences", nil, "audiences static tokens are valid for (default "+config.DefaultAPIAudience+")")
 	fs.StringVar(&f.logLevel, "log-level", "", "debug, info (default), warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "", "text (default) or json")
+	fs.StringVar(&f.logDecisions, "log-decisions", "", "decision log, one JSON line per SubjectAccessReview decision on stderr: none (default), denied (Deny and NoOpinion) or all")
+	fs.Float64Var(&f.logSampleRate, "log-decision-sample-rate", 0, "fraction of the decisions --log-decisions selects that are logged, in (0, 1] (default 1)")
 	fs.DurationVar(&f.shutdownDelay, "shutdown-delay", 0, "keep serving with /readyz red this long after SIGTERM")
 	fs.BoolVar(&f.validateCert, "require-client-cert-for-validate", false, "also require the client certificate on /validate (needs kube-apiserver's --admission-control-config-file)")
 	fs.StringVar(&f.tlsMinVersion, "tls-min-version", "", "VersionTLS12 (default) or VersionTLS13")
@@ -174,6 +178,8 @@ func flagOverrides(cfg *config.DeputyConfiguration, f *serveFlags) map[string]fu
 		"api-audiences":                    func() { cfg.Authentication.APIAudiences = f.apiAudiences },
 		"log-level":                        func() { cfg.Logging.Level = f.logLevel },
 		"log-format":                       func() { cfg.Logging.Format = f.logFormat },
+		"log-decisions":                    func() { cfg.Logging.Decisions = f.logDecisions },
+		"log-decision-sample-rate":         func() { r := f.logSampleRate; cfg.Logging.DecisionSampleRate = &r },
 		"shutdown-delay":                   func() { cfg.Shutdown.Delay.Duration = f.shutdownDelay },
 		"shutdown-grace-period":            func() { cfg.Shutdown.GracePeriod.Duration = f.gracePeriod },
 		"policy-poll-interval":             func() { cfg.Policy.PollInterval.Duration = f.pollInterval },

@@ -90,3 +90,7 @@ clean: ## Remove bin/deputy, bin/deputy-test (the e2e framework's build) and .de
 .PHONY: load
 load: build ## HTTP load: deputy /authorize vs a minimal echo handler, same run (see docs/benchmarks.md)
 	test/load/compare.sh $${DURATION:-10s} $${CONCURRENCY:-32}
+
+.PHONY: load-decisions
+load-decisions: build ## HTTP load with decision logs none vs denied vs all, over allowed and DENY_RATIO (0.5) not allowed SARs (see docs/benchmarks.md)
+	test/load/decisions.sh $${DURATION:-10s} $${CONCURRENCY:-32}

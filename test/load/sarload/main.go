@@ -2,9 +2,13 @@
 // concurrent workers for a duration and prints requests/s and latency
 // percentiles as one JSON line. Usage:
 //
-//	sarload -url https://127.0.0.1:8443/authorize -cacert ca.crt [-cert c.crt -key c.key] -c 32 -d 10s [-h2]
+//	sarload -url https://127.0.0.1:8443/authorize -cacert ca.crt [-cert c.crt -key c.key] -c 32 -d 10s [-h2] [-deny-ratio 0.5]
 //
-// The request body is a fixed v1 SubjectAccessReview (or -body FILE).
+// The request body is a fixed v1 SubjectAccessReview (or -body FILE) that
+// the example policy allows (alice lists pods in team-a); with -deny-ratio
+// R that share of each worker's requests asks for team-b instead, which the
+// example policy does not allow (no opinion, or a denial with default
+// decision Deny).
 package main
 
 import (
@@ -25,7 +29,12 @@ import (
 	"golang.org/x/net/http2"
 )
 
-const defaultBody = `{"apiVersion":"authorization.k8s.io/v1","kind":"SubjectAccessReview","spec":{"user":"alice","groups":["team-a-devs","system:authenticated"],"resourceAttributes":{"verb":"list","resource":"pods","namespace":"team-a","version":"v1"}}}`
+const (
+	defaultBody = `{"apiVersion":"authorization.k8s.io/v1","kind":"SubjectAccessReview","spec":{"user":"alice","groups":["team-a-devs","system:authenticated"],"resourceAttributes":{"verb":"list","resource":"pods","namespace":"team-a","version":"v1"}}}`
+	// deniedBody is defaultBody in a namespace the example policy grants
+	// alice nothing in.
+	deniedBody = `{"apiVersion":"authorization.k8s.io/v1","kind":"SubjectAccessReview","spec":{"user":"alice","groups":["team-a-devs","system:authenticated"],"resourceAttributes":{"verb":"list","resource":"pods","namespace":"team-b","version":"v1"}}}`
+)
 
 // Result is what sarload prints.
 type Result struct {
@@ -34,6 +43,7 @@ type Result struct {
 	Seconds     float64 `json:"seconds"`
 	Requests    int64   `json:"requests"`
 	Errors      int64   `json:"errors"`
+	DenyRatio   float64 `json:"deny_ratio"`
 	RPS         float64 `json:"rps"`
 	P50us       float64 `json:"p50_us"`
 	P90us       float64 `json:"p90_us"`
@@ -51,9 +61,14 @@ func main() {
 	warm := flag.Duration("warmup", 2*time.Second, "warm-up before measuring")
 	h2 := flag.Bool("h2", false, "use HTTP/2 (one connection, like client-go) instead of HTTP/1.1 keep-alive connections")
 	bodyFile := flag.String("body", "", "request body file (default: a v1 SAR)")
+	denyRatio := flag.Float64("deny-ratio", 0, "share of requests, in [0, 1], that the example policy does not allow (team-b instead of team-a); not with -body")
 	flag.Parse()
+	if *denyRatio < 0 || *denyRatio > 1 || (*denyRatio > 0 && *bodyFile != "") {
+		fmt.Fprintln(os.Stderr, "sarload: -deny-ratio must be in [0, 1] and cannot be combined with -body")
+		os.Exit(2)
+	}
 
-	res, err := run(*url, *caFile, *certFile, *keyFile, *bodyFile, *conc, *dur, *warm, *h2)
+	res, err := run(*url, *caFile, *certFile, *keyFile, *bodyFile, *conc, *dur, *warm, *h2, *denyRatio)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sarload:", err)
 		os.Exit(1)
@@ -61,8 +76,10 @@ func main() {
 	_ = json.NewEncoder(os.Stdout).Encode(res)
 }
 
-func run(url, caFile, certFile, keyFile, bodyFile string, conc int, dur, warm time.Duration, h2 bool) (*Result, error) {
-	body := []byte(defaultBody)
+func run(url, caFile, certFile, keyFile, bodyFile string, conc int, dur, warm time.Duration, h2 bool, denyRatio float64) (*Result, error) {
+	body, denied := []byte(defaultBody), []byte(deniedBody)
+	// Of every 100 requests of a worker, the first deny100 are denied ones.
+	deny100 := int(denyRatio*100 + 0.5)
 	if bodyFile != "" {
 		b, err := os.ReadFile(bodyFile)
 		if err != nil {
@@ -107,9 +124,13 @@ func run(url, caFile, certFile, keyFile, bodyFile string, conc int, dur, warm ti
 		go func() {
 			defer wg.Done()
 			local := make([]time.Duration, 0, 1<<16)
-			for !stop.Load() {
+			for n := 0; !stop.Load(); n++ {
+				b := body
+				if n%100 < deny100 {
+					b = denied
+				}
 				start := time.Now()
-				req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+				req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(b))
 				req.Header.Set("Content-Type", "application/json")
 				resp, err := client.Do(req)
 				ok := err == nil
@@ -149,5 +170,5 @@ func run(url, caFile, certFile, keyFile, bodyFile string, conc int, dur, warm ti
 		return float64(lat[int(float64(len(lat)-1)*p)].Microseconds())
 	}
 	return &Result{URL: url, Concurrency: conc, Seconds: elapsed.Seconds(), Requests: reqs.Load(), Errors: errs.Load(),
-		RPS: float64(reqs.Load()) / elapsed.Seconds(), P50us: pct(0.50), P90us: pct(0.90), P99us: pct(0.99), HTTP2: h2}, nil
+		DenyRatio: denyRatio, RPS: float64(reqs.Load()) / elapsed.Seconds(), P50us: pct(0.50), P90us: pct(0.90), P99us: pct(0.99), HTTP2: h2}, nil
 }

@@ -35,8 +35,10 @@ func (r *recorder) Register(c prometheus.Collector) error {
 	return nil
 }
 
-func (r *recorder) MustRegister(cs ...prometheus.Collector) { r.collectors = append(r.collectors, cs...) }
-func (r *recorder) Unregister(prometheus.Collector) bool    { return false }
+func (r *recorder) MustRegister(cs ...prometheus.Collector) {
+	r.collectors = append(r.collectors, cs...)
+}
+func (r *recorder) Unregister(prometheus.Collector) bool { return false }
 
 // exported returns every metric name `deputy serve` registers, from the
 // collectors' descriptions (a vector without observations is described but

@@ -67,7 +67,7 @@ func TestDecisionLogDenied(t *testing.T) {
 		if t.Failed() {
 			t.Logf("log of deputy with decision logs:\n%s", deputy.Logs())
 		}
-		restartDeputy(t, true)
+		restoreDeputy(t)
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()

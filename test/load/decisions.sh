@@ -5,7 +5,10 @@
 # the same load to each in turn, once with only allowed SubjectAccessReviews
 # (-deny-ratio 0: "denied" logs nothing) and once with DENY_RATIO of them
 # not allowed (no opinion: "denied" logs each); ROUNDS rounds interleave the
-# servers. Prints one JSON line per run, then the lines each deputy wrote.
+# servers. Prints one JSON line per run with cpu_us_per_req, the deputy
+# process's CPU time (process_cpu_seconds_total) over the requests it
+# answered in the run, warm-up included: on a shared machine that figure
+# moves less than requests/s. Then the lines each deputy wrote.
 # Usage: test/load/decisions.sh [DURATION] [CONCURRENCY]   (from the repo root; `make load-decisions`)
 set -euo pipefail
 DUR=${1:-10s}
@@ -26,6 +29,8 @@ C=$WORK/certs
 port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1]);s.close()'; }
 wait_up() { for _ in $(seq 100); do curl -sk "https://127.0.0.1:$1/" -o /dev/null && return 0; sleep 0.1; done; echo "server on $1 did not start" >&2; exit 1; }
 
+cpu() { curl -s --cacert "$C/ca.crt" "https://127.0.0.1:$1/metrics" | awk '/^process_cpu_seconds_total/{print $2}'; }
+
 declare -A PORT
 for mode in none denied all; do
   PORT[$mode]=$(port)
@@ -39,7 +44,11 @@ for ratio in 0 "$DENY_RATIO"; do
   for round in $(seq "$ROUNDS"); do
     echo "# deny-ratio $ratio round $round"
     for mode in none denied all; do
-      "$BIN/sarload" -url "https://127.0.0.1:${PORT[$mode]}/authorize" -cacert "$C/ca.crt" -c "$CONC" -d "$DUR" -deny-ratio "$ratio" | sed "s/^/$(printf '%-7s' "$mode")/"
+      before=$(cpu "${PORT[$mode]}")
+      res=$("$BIN/sarload" -url "https://127.0.0.1:${PORT[$mode]}/authorize" -cacert "$C/ca.crt" -c "$CONC" -d "$DUR" -deny-ratio "$ratio")
+      after=$(cpu "${PORT[$mode]}")
+      python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r["cpu_us_per_req"]=round((float(sys.argv[3])-float(sys.argv[2]))*1e6/max(r["sent"],1),1); print(json.dumps(r))' \
+        "$res" "$before" "$after" | sed "s/^/$(printf '%-7s' "$mode")/"
     done
   done
 done

@@ -42,6 +42,9 @@ type Result struct {
 	Concurrency int     `json:"concurrency"`
 	Seconds     float64 `json:"seconds"`
 	Requests    int64   `json:"requests"`
+	// Sent counts every answered request, warm-up included (for the
+	// server's CPU time per request).
+	Sent        int64   `json:"sent"`
 	Errors      int64   `json:"errors"`
 	DenyRatio   float64 `json:"deny_ratio"`
 	RPS         float64 `json:"rps"`
@@ -114,6 +117,7 @@ func run(url, caFile, certFile, keyFile, bodyFile string, conc int, dur, warm ti
 		measuring atomic.Bool
 		stop      atomic.Bool
 		reqs      atomic.Int64
+		sent      atomic.Int64
 		errs      atomic.Int64
 		mu        sync.Mutex
 		lat       []time.Duration
@@ -138,6 +142,9 @@ func run(url, caFile, certFile, keyFile, bodyFile string, conc int, dur, warm ti
 					_, _ = io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()
 					ok = resp.StatusCode == http.StatusOK
+				}
+				if ok {
+					sent.Add(1)
 				}
 				if measuring.Load() {
 					if ok {
@@ -169,6 +176,6 @@ func run(url, caFile, certFile, keyFile, bodyFile string, conc int, dur, warm ti
 		}
 		return float64(lat[int(float64(len(lat)-1)*p)].Microseconds())
 	}
-	return &Result{URL: url, Concurrency: conc, Seconds: elapsed.Seconds(), Requests: reqs.Load(), Errors: errs.Load(),
+	return &Result{URL: url, Concurrency: conc, Seconds: elapsed.Seconds(), Requests: reqs.Load(), Sent: sent.Load(), Errors: errs.Load(),
 		DenyRatio: denyRatio, RPS: float64(reqs.Load()) / elapsed.Seconds(), P50us: pct(0.50), P90us: pct(0.90), P99us: pct(0.99), HTTP2: h2}, nil
 }

@@ -43,7 +43,9 @@ for mode in none denied all; do wait_up "${PORT[$mode]}"; done
 for ratio in 0 "$DENY_RATIO"; do
   for round in $(seq "$ROUNDS"); do
     echo "# deny-ratio $ratio round $round"
-    for mode in none denied all; do
+    # The order rotates per round, so that no mode always runs first.
+    modes=(none denied all); k=$((round % 3)); order=("${modes[@]:k}" "${modes[@]:0:k}")
+    for mode in "${order[@]}"; do
       before=$(cpu "${PORT[$mode]}")
       res=$("$BIN/sarload" -url "https://127.0.0.1:${PORT[$mode]}/authorize" -cacert "$C/ca.crt" -c "$CONC" -d "$DUR" -deny-ratio "$ratio")
       after=$(cpu "${PORT[$mode]}")

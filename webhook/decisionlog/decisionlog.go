@@ -185,15 +185,24 @@ func (l *Logger) Log(e *Entry) {
 	}
 }
 
-// run is the writer: it writes entries as they come and flushes whenever
-// the buffer is empty, until Close.
+// FlushInterval is how long a written line may wait in the writer's
+// buffer (32 KiB) before it reaches the output: flushing per line would
+// cost a write system call per decision.
+const FlushInterval = 200 * time.Millisecond
+
+// run is the writer: it encodes entries as they come into its buffer,
+// writes the buffer when it is full and at least every FlushInterval, until
+// Close.
 func (l *Logger) run() {
 	defer close(l.done)
+	tick := time.NewTicker(FlushInterval)
+	defer tick.Stop()
 	for {
 		select {
 		case e := <-l.entries:
 			l.write(&e)
-			if len(l.entries) == 0 {
+		case <-tick.C:
+			if l.out.Buffered() > 0 {
 				_ = l.out.Flush()
 			}
 		case <-l.quit:

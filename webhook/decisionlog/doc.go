@@ -8,7 +8,8 @@
 // It owns the cost on the hot path: the request goroutine only filters
 // (Logger.Wants: the mode and the sample rate) and hands an Entry to a
 // bounded buffer without blocking; one writer goroutine encodes the lines
-// (log/slog's JSON handler) and writes them. When the buffer is full the
+// (log/slog's JSON handler) into a 32 KiB buffer it writes when full and at
+// least every FlushInterval. When the buffer is full the
 // entry is dropped and counted. Close drains the buffer and flushes.
 //
 // It must not log what an Entry does not hold: never a token, a request

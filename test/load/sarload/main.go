@@ -44,14 +44,14 @@ type Result struct {
 	Requests    int64   `json:"requests"`
 	// Sent counts every answered request, warm-up included (for the
 	// server's CPU time per request).
-	Sent        int64   `json:"sent"`
-	Errors      int64   `json:"errors"`
-	DenyRatio   float64 `json:"deny_ratio"`
-	RPS         float64 `json:"rps"`
-	P50us       float64 `json:"p50_us"`
-	P90us       float64 `json:"p90_us"`
-	P99us       float64 `json:"p99_us"`
-	HTTP2       bool    `json:"http2"`
+	Sent      int64   `json:"sent"`
+	Errors    int64   `json:"errors"`
+	DenyRatio float64 `json:"deny_ratio"`
+	RPS       float64 `json:"rps"`
+	P50us     float64 `json:"p50_us"`
+	P90us     float64 `json:"p90_us"`
+	P99us     float64 `json:"p99_us"`
+	HTTP2     bool    `json:"http2"`
 }
 
 func main() {

@@ -50,10 +50,30 @@ for ratio in 0 "$DENY_RATIO"; do
       res=$("$BIN/sarload" -url "https://127.0.0.1:${PORT[$mode]}/authorize" -cacert "$C/ca.crt" -c "$CONC" -d "$DUR" -deny-ratio "$ratio")
       after=$(cpu "${PORT[$mode]}")
       python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r["cpu_us_per_req"]=round((float(sys.argv[3])-float(sys.argv[2]))*1e6/max(r["sent"],1),1); print(json.dumps(r))' \
-        "$res" "$before" "$after" | sed "s/^/$(printf '%-7s' "$mode")/"
+        "$res" "$before" "$after" | sed "s/^/$(printf '%-7s' "$mode")/" | tee -a "$WORK/results"
     done
   done
 done
 for mode in none denied all; do
   echo "# $mode: $(grep -c '"msg":"decision"' "$WORK/$mode.log" || true) decision lines, dropped: $(curl -s --cacert "$C/ca.crt" "https://127.0.0.1:${PORT[$mode]}/metrics" | grep '^deputy_decision_logs_dropped_total' || true)"
 done
+# Medians per deny ratio and mode, and their ratio to "none".
+python3 - "$WORK/results" <<'PY'
+import json, re, statistics as st, sys
+rows = {}
+for line in open(sys.argv[1]):
+    m = re.match(r'^(none|denied|all)\s+(\{.*\})$', line.strip())
+    if m:
+        r = json.loads(m.group(2))
+        rows.setdefault((r["deny_ratio"], m.group(1)), []).append(r)
+for ratio in sorted({k[0] for k in rows}):
+    base = rows[(ratio, "none")]
+    brps, bcpu = st.median(r["rps"] for r in base), st.median(r["cpu_us_per_req"] for r in base)
+    for mode in ("none", "denied", "all"):
+        rs = rows.get((ratio, mode), [])
+        if not rs:
+            continue
+        rps, cpu = st.median(r["rps"] for r in rs), st.median(r["cpu_us_per_req"] for r in rs)
+        print(f"# summary deny-ratio {ratio} {mode:6s} runs {len(rs)}: rps median {rps:.0f} ({rps / brps:.2f}x none), "
+              f"cpu/request median {cpu:.1f} us (none/this {bcpu / cpu:.2f}), p99 median {st.median(r['p99_us'] for r in rs):.0f} us")
+PY

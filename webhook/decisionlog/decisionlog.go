@@ -3,9 +3,9 @@ package decisionlog
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -26,9 +26,9 @@ const (
 )
 
 // DefaultBuffer is how many entries wait for the writer before new ones
-// are dropped: at 400 bytes an entry, 400 KiB; about 0.1 s of decisions at
-// 10,000 per second.
-const DefaultBuffer = 1024
+// are dropped: at about 360 bytes an entry, 1.4 MiB; 0.2 s of decisions at
+// 20,000 per second, ten times the DrainInterval.
+const DefaultBuffer = 4096
 
 // ParseMode validates a configured mode; "" is None.
 //
@@ -111,8 +111,8 @@ type Logger struct {
 	written prometheus.Counter
 	dropped prometheus.Counter
 
-	out     *bufio.Writer
-	handler slog.Handler
+	out *bufio.Writer
+	enc *json.Encoder
 
 	quit      chan struct{}
 	done      chan struct{}
@@ -143,13 +143,8 @@ func New(o Options) *Logger {
 		entries: make(chan Entry, o.Buffer), written: o.Written, dropped: o.Dropped,
 		out: out,
 		// JSON lines whatever logging.format says: decision logs are for
-		// machines. The level says nothing here.
-		handler: slog.NewJSONHandler(out, &slog.HandlerOptions{ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
-			if len(groups) == 0 && a.Key == slog.LevelKey {
-				return slog.Attr{}
-			}
-			return a
-		}}),
+		// machines.
+		enc:  newEncoder(out),
 		quit: make(chan struct{}), done: make(chan struct{}),
 	}
 	go l.run()
@@ -185,68 +180,92 @@ func (l *Logger) Log(e *Entry) {
 	}
 }
 
-// FlushInterval is how long a written line may wait in the writer's
-// buffer (32 KiB) before it reaches the output: flushing per line would
-// cost a write system call per decision.
-const FlushInterval = 200 * time.Millisecond
+// newEncoder writes JSON lines with <, > and & as they are (no HTML here).
+func newEncoder(w io.Writer) *json.Encoder {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc
+}
 
-// run is the writer: it encodes entries as they come into its buffer,
-// writes the buffer when it is full and at least every FlushInterval, until
-// Close.
+// DrainInterval is how often the writer takes what the buffer holds,
+// encodes it and writes it: a line reaches the output at most about this
+// long after the decision. The writer is not woken per decision: a wake-up
+// of a parked goroutine costs the request path more than the line itself.
+const DrainInterval = 20 * time.Millisecond
+
+// run is the writer: every DrainInterval it encodes the waiting entries
+// into its 32 KiB buffer (written whenever it fills) and writes the rest,
+// until Close, when it drains the buffer a last time.
 func (l *Logger) run() {
 	defer close(l.done)
-	tick := time.NewTicker(FlushInterval)
+	tick := time.NewTicker(DrainInterval)
 	defer tick.Stop()
 	for {
 		select {
-		case e := <-l.entries:
-			l.write(&e)
 		case <-tick.C:
-			if l.out.Buffered() > 0 {
-				_ = l.out.Flush()
-			}
+			l.drain()
 		case <-l.quit:
-			for {
-				select {
-				case e := <-l.entries:
-					l.write(&e)
-				default:
-					_ = l.out.Flush()
-					return
-				}
-			}
+			l.drain()
+			return
 		}
 	}
 }
 
+// drain writes the entries waiting now and flushes.
+func (l *Logger) drain() {
+	for n := len(l.entries); n > 0; n-- {
+		e := <-l.entries
+		l.write(&e)
+	}
+	if l.out.Buffered() > 0 {
+		_ = l.out.Flush()
+	}
+}
+
+// line is a decision log line. Hand-written (not log/slog's JSON handler,
+// which costs three times as much per line, measured with
+// BenchmarkDecisionLog): encoding/json encodes it in field order. The
+// resource fields and path are pointers so that a resource request always
+// has apiGroup (also "", the core group) and a non-resource one only path.
+type line struct {
+	Time             time.Time `json:"time"`
+	Msg              string    `json:"msg"`
+	RequestID        string    `json:"requestID"`
+	User             string    `json:"user"`
+	Groups           []string  `json:"groups"`
+	UID              string    `json:"uid"`
+	Extra            []string  `json:"extra"`
+	Verb             string    `json:"verb"`
+	APIGroup         *string   `json:"apiGroup,omitempty"`
+	APIVersion       *string   `json:"apiVersion,omitempty"`
+	Resource         *string   `json:"resource,omitempty"`
+	Subresource      *string   `json:"subresource,omitempty"`
+	Namespace        *string   `json:"namespace,omitempty"`
+	Name             *string   `json:"name,omitempty"`
+	Path             *string   `json:"path,omitempty"`
+	Decision         string    `json:"decision"`
+	Reason           string    `json:"reason"`
+	EvaluationError  string    `json:"evaluationError"`
+	Authorizer       string    `json:"authorizer"`
+	Impersonation    string    `json:"impersonation"`
+	PolicyGeneration string    `json:"policyGeneration"`
+	DurationMicros   int64     `json:"durationMicros"`
+}
+
 // write encodes one line, message "decision".
 func (l *Logger) write(e *Entry) {
-	r := slog.NewRecord(e.Time, slog.LevelInfo, "decision", 0)
-	r.AddAttrs(
-		slog.String("requestID", e.RequestID),
-		slog.String("user", e.User),
-		slog.Any("groups", nonNil(e.Groups)),
-		slog.String("uid", e.UID),
-		slog.Any("extra", nonNil(e.ExtraKeys)),
-		slog.String("verb", e.Verb),
-	)
+	ln := line{Time: e.Time, Msg: "decision", RequestID: e.RequestID, User: e.User, Groups: nonNil(e.Groups), UID: e.UID,
+		Extra: nonNil(e.ExtraKeys), Verb: e.Verb, Decision: e.Decision, Reason: e.Reason, EvaluationError: e.EvaluationError,
+		Authorizer: e.Authorizer, Impersonation: e.Impersonation, PolicyGeneration: e.PolicyGeneration,
+		DurationMicros: e.Duration.Microseconds()}
 	if e.ResourceRequest {
-		r.AddAttrs(slog.String("apiGroup", e.APIGroup), slog.String("apiVersion", e.APIVersion),
-			slog.String("resource", e.Resource), slog.String("subresource", e.Subresource),
-			slog.String("namespace", e.Namespace), slog.String("name", e.Name))
+		ln.APIGroup, ln.APIVersion, ln.Resource, ln.Subresource, ln.Namespace, ln.Name =
+			&e.APIGroup, &e.APIVersion, &e.Resource, &e.Subresource, &e.Namespace, &e.Name
 	} else {
-		r.AddAttrs(slog.String("path", e.Path))
+		ln.Path = &e.Path
 	}
-	r.AddAttrs(
-		slog.String("decision", e.Decision),
-		slog.String("reason", e.Reason),
-		slog.String("evaluationError", e.EvaluationError),
-		slog.String("authorizer", e.Authorizer),
-		slog.String("impersonation", e.Impersonation),
-		slog.String("policyGeneration", e.PolicyGeneration),
-		slog.Int64("durationMicros", e.Duration.Microseconds()),
-	)
-	if err := l.handler.Handle(context.Background(), r); err == nil && l.written != nil {
+	// Encode appends the newline.
+	if err := l.enc.Encode(&ln); err == nil && l.written != nil {
 		l.written.Inc()
 	}
 }

@@ -7,9 +7,9 @@
 //
 // It owns the cost on the hot path: the request goroutine only filters
 // (Logger.Wants: the mode and the sample rate) and hands an Entry to a
-// bounded buffer without blocking; one writer goroutine encodes the lines
-// (log/slog's JSON handler) into a 32 KiB buffer it writes when full and at
-// least every FlushInterval. When the buffer is full the
+// bounded buffer without blocking; one writer goroutine takes the waiting
+// entries every DrainInterval (it is not woken per decision), encodes them
+// as JSON lines into a 32 KiB buffer and writes it. When the buffer is full the
 // entry is dropped and counted. Close drains the buffer and flushes.
 //
 // It must not log what an Entry does not hold: never a token, a request

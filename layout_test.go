@@ -42,6 +42,7 @@ var allowedImports = map[string][]string{
 	"syncer/source/gitfetch":  {"syncer/source/limit"},
 	"syncer/source/limit":     {},
 	"authorizer":              {"policy", "policy/v1alpha1"},
+	"replay":                  {"authorizer", "policy", "policy/v1alpha1"},
 	"tokenreview":             {"policy", "policy/v1alpha1", "internal/secretfile"},
 	"apiclient":               {"policy/v1alpha1", "internal/secretfile"},
 	"policy":                  {"policy/v1alpha1"},

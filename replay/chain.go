@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apiserver "k8s.io/apiserver/pkg/apis/apiserver"
@@ -170,13 +171,15 @@ func (c *Chain) Decide(ctx context.Context, a authorizer.Attributes) Decision {
 			case err != nil && s.failDeny:
 				return Decision{Reason: fmt.Sprintf("webhook %s failed (failurePolicy Deny): %v", s.name, err), By: s.name, Deputy: true}
 			}
-			if reason != "" {
-				reasons = append(reasons, s.name+": "+reason)
+			if reason == "" {
+				reason = "no opinion"
 			}
+			reasons = append(reasons, "deputy (webhook "+s.name+"): "+reason)
 		case typeRBAC:
 			if d, reason, _ := c.rbac.Authorize(ctx, a); d == authorizer.DecisionAllow {
 				return Decision{Allowed: true, Reason: reason, By: s.name, Deputy: deputy}
 			}
+			reasons = append(reasons, s.name+": no rule allows it")
 		case typeAlwaysAllow:
 			return Decision{Allowed: true, Reason: "AlwaysAllow", By: s.name, Deputy: deputy}
 		case typeAlwaysDeny:
@@ -184,8 +187,8 @@ func (c *Chain) Decide(ctx context.Context, a authorizer.Attributes) Decision {
 		}
 	}
 	reason := "no authorizer allowed it"
-	for _, r := range reasons {
-		reason += "; " + r
+	if len(reasons) > 0 {
+		reason += " (" + strings.Join(reasons, "; ") + ")"
 	}
 	return Decision{Reason: reason, Deputy: deputy}
 }

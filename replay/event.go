@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	authnv1 "k8s.io/api/authentication/v1"
+	"k8s.io/apimachinery/pkg/types"
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -42,7 +43,7 @@ const (
 type event struct {
 	Kind                   string                          `json:"kind"`
 	APIVersion             string                          `json:"apiVersion"`
-	AuditID                string                          `json:"auditID"`
+	AuditID                types.UID                       `json:"auditID"`
 	Stage                  auditv1.Stage                   `json:"stage"`
 	RequestURI             string                          `json:"requestURI"`
 	Verb                   string                          `json:"verb"`

@@ -79,8 +79,9 @@ func resourceString(group, resource, sub string) string {
 // impersonate decides whether requestor may make request (its attributes,
 // with requestor as user) while impersonating wanted: every mode in
 // upstream's order (associated-node, arbitrary-node, serviceaccount,
-// user-info, then legacy), the first that allows wins. denied describes the
-// first failing check when none allows.
+// user-info, then legacy), the first that allows wins. denied describes, for
+// each mode tried, its failing check when none allows (kube-apiserver's
+// error names only the first).
 func (c *checker) impersonate(wanted *user.DefaultInfo, request authorizer.AttributesRecord) (ok bool, denied string) {
 	requestor := request.User
 	onlyName := wanted.UID == "" && len(wanted.Groups) == 0 && len(wanted.Extra) == 0
@@ -95,12 +96,8 @@ func (c *checker) impersonate(wanted *user.DefaultInfo, request authorizer.Attri
 		{"serviceaccount", onlyName && isSA},
 		{"user-info", !isNode && !isSA},
 	}
-	first := ""
-	fail := func(d string) {
-		if first == "" {
-			first = d
-		}
-	}
+	var failures []string
+	fail := func(mode, d string) { failures = append(failures, mode+": "+d) }
 	for _, m := range modes {
 		if !m.applies {
 			continue
@@ -112,21 +109,21 @@ func (c *checker) impersonate(wanted *user.DefaultInfo, request authorizer.Attri
 		on := req
 		on.Verb = "impersonate-on:" + m.mode + ":" + request.Verb
 		if ok, d := c.check(on); !ok {
-			fail(d)
+			fail(m.mode, d)
 			continue
 		}
 		ok, d := c.targets(req.User, "impersonate:"+m.mode, true, m.mode == "associated-node", wanted)
 		if ok {
 			return true, ""
 		}
-		fail(d)
+		fail(m.mode, d)
 	}
 	ok, d := c.targets(requestor, "impersonate", false, false, wanted)
 	if ok {
 		return true, ""
 	}
-	fail(d)
-	return false, first
+	fail("legacy", d)
+	return false, "no impersonation mode allows it: " + strings.Join(failures, "; ")
 }
 
 // targets is impersonationModeState.check: the checks of the user name

@@ -120,7 +120,7 @@ func newAccumulator(o Options) *accumulator {
 func example(p pos, ev *event) Example {
 	e := Example{Line: p.line, pos: p}
 	if ev != nil {
-		e.AuditID, e.Time = ev.AuditID, ev.RequestReceivedTimestamp
+		e.AuditID, e.Time = string(ev.AuditID), ev.RequestReceivedTimestamp
 		if ev.ObjectRef != nil {
 			e.Namespace, e.Name = ev.ObjectRef.Namespace, ev.ObjectRef.Name
 		}
@@ -338,7 +338,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 			}
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", g.Count, u, g.Verb, g.Resource, g.Check, oneLine(g.Reason))
 			for _, e := range g.Examples {
-				fmt.Fprintf(tw, "\t  e.g. %s\t\t\t\t\n", describeExample(&e))
+				fmt.Fprintf(tw, "\t\t\t\t\te.g. %s\n", describeExample(&e))
 			}
 		}
 		if err := tw.Flush(); err != nil {
@@ -356,8 +356,11 @@ func describeExample(e *Example) string {
 	if e.Time != "" {
 		s += " at " + e.Time
 	}
-	if e.Namespace != "" || e.Name != "" {
-		s += " " + strings.TrimPrefix(e.Namespace+"/"+e.Name, "/")
+	switch {
+	case e.Namespace != "" && e.Name != "":
+		s += " " + e.Namespace + "/" + e.Name
+	case e.Namespace != "" || e.Name != "":
+		s += " " + e.Namespace + e.Name
 	}
 	return s
 }

@@ -2,9 +2,14 @@ package replay
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
+	"regexp"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apiserver "k8s.io/apiserver/pkg/apis/apiserver"
@@ -77,11 +82,142 @@ type Chain struct {
 }
 
 type step struct {
-	kind    apiserver.AuthorizerType
-	name    string
-	matcher *authorizationcel.CELMatcher
+	kind apiserver.AuthorizerType
+	name string
+	// conds are the webhook's matchConditions, each compiled alone.
+	conds []*cond
 	// failDeny: the webhook's failurePolicy is Deny.
 	failDeny bool
+}
+
+// cond is one matchCondition: a CELMatcher of that expression alone, and a
+// memo of its results keyed by the request fields it names.
+type cond struct {
+	matcher *authorizationcel.CELMatcher
+	uses    map[string]bool
+	memo    *matchMemo
+}
+
+// condFields are the SubjectAccessReview fields a matchCondition can read.
+// A field an expression does not name, in any spelling
+// (request.resourceAttributes.name, ['name']), cannot change its result:
+// CEL reads fields by name. Keying each condition's memo by the fields it
+// names makes the memo hit nearly always (the generated conditions read the
+// user, the groups, or the verb and resource, never all of them).
+var condFields = []string{"user", "groups", "uid", "extra", "verb", "group", "version", "resource", "subresource",
+	"name", "namespace", "path", "fieldSelector", "labelSelector"}
+
+// celString matches a CEL string literal (single or double quoted, with
+// escapes; raw and triple-quoted strings are matched as their parts, which
+// only keeps more text as code).
+var celString = regexp.MustCompile(`'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"`)
+
+// fieldsNamed returns the condFields expr can read: each named as a field
+// selection (.name) outside string literals, or as an index (['name']).
+// It may say more than the expression reads, never less.
+func fieldsNamed(expr string) map[string]bool {
+	code := celString.ReplaceAllString(expr, "''")
+	uses := map[string]bool{}
+	for _, f := range condFields {
+		uses[f] = regexp.MustCompile(`\.\s*`+f+`\b`).MatchString(code) ||
+			regexp.MustCompile(`\[\s*['"]`+f+`['"]\s*\]`).MatchString(expr)
+	}
+	return uses
+}
+
+// matchMemoSize bounds each condition's memo; it is cleared when full.
+const matchMemoSize = 1 << 16
+
+// matchMemo is a concurrent, bounded memo of one condition's results.
+type matchMemo struct {
+	m sync.Map // string -> bool
+	n atomic.Int64
+}
+
+func (mm *matchMemo) get(k string) (bool, bool) {
+	v, ok := mm.m.Load(k)
+	if !ok {
+		return false, false
+	}
+	return v.(bool), true
+}
+
+func (mm *matchMemo) put(k string, v bool) {
+	if mm.n.Add(1) > matchMemoSize {
+		mm.m.Clear()
+		mm.n.Store(1)
+	}
+	mm.m.Store(k, v)
+}
+
+// key is the memo key of a for c: whether a is a resource request, and the
+// fields c names.
+func (c *cond) key(a authorizer.Attributes) string {
+	var b strings.Builder
+	if a.IsResourceRequest() {
+		b.WriteByte('R')
+	}
+	u := a.GetUser()
+	field := func(name, v string) {
+		if c.uses[name] {
+			b.WriteString(v)
+			b.WriteByte(0)
+		}
+	}
+	field("user", u.GetName())
+	field("uid", u.GetUID())
+	field("verb", a.GetVerb())
+	field("group", a.GetAPIGroup())
+	field("version", a.GetAPIVersion())
+	field("resource", a.GetResource())
+	field("subresource", a.GetSubresource())
+	field("name", a.GetName())
+	field("namespace", a.GetNamespace())
+	field("path", a.GetPath())
+	if c.uses["groups"] {
+		for _, g := range u.GetGroups() {
+			b.WriteString(g)
+			b.WriteByte(1)
+		}
+		b.WriteByte(0)
+	}
+	if c.uses["extra"] {
+		for _, k := range slices.Sorted(maps.Keys(u.GetExtra())) {
+			b.WriteString(k)
+			b.WriteByte(1)
+			for _, v := range u.GetExtra()[k] {
+				b.WriteString(v)
+				b.WriteByte(1)
+			}
+			b.WriteByte(0)
+		}
+	}
+	return b.String()
+}
+
+// match evaluates the matchConditions as CELMatcher.Eval does: false as soon
+// as one is false; otherwise an error if one failed; otherwise true.
+func (s *step) match(ctx context.Context, a authorizer.Attributes, sar **authorizationv1.SubjectAccessReview) (bool, error) {
+	var errs []error
+	for _, c := range s.conds {
+		k := c.key(a)
+		ok, known := c.memo.get(k)
+		if !known {
+			if *sar == nil {
+				*sar = sarOf(a)
+			}
+			var err error
+			if ok, err = c.matcher.Eval(ctx, *sar); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			c.memo.put(k, ok)
+		}
+		if !ok {
+			return false, nil
+		}
+	}
+	return len(errs) == 0, errors.Join(errs...)
 }
 
 // NewChain compiles the configuration's matchConditions with kube-apiserver's
@@ -104,18 +240,16 @@ func NewChain(opts ChainOptions) (*Chain, error) {
 				return nil, fmt.Errorf("authorizers[%d] %q: type Webhook without a webhook section", i, a.Name)
 			}
 			s.failDeny = a.Webhook.FailurePolicy == apiserver.FailurePolicyDeny
-			m := &authorizationcel.CELMatcher{AuthorizerType: "Webhook", AuthorizerName: a.Name}
 			for j, mc := range a.Webhook.MatchConditions {
 				res, err := compiler.CompileCELExpression(&authorizationcel.SubjectAccessReviewMatchCondition{Expression: mc.Expression})
 				if err != nil {
 					return nil, fmt.Errorf("authorizers[%d] %q matchConditions[%d]: kube-apiserver's CEL compiler rejects it: %w", i, a.Name, j, err)
 				}
-				m.CompilationResults = append(m.CompilationResults, res)
-				m.UsesFieldSelector = m.UsesFieldSelector || res.UsesFieldSelector
-				m.UsesLabelSelector = m.UsesLabelSelector || res.UsesLabelSelector
-			}
-			if len(m.CompilationResults) > 0 {
-				s.matcher = m
+				c := &cond{matcher: &authorizationcel.CELMatcher{AuthorizerType: "Webhook", AuthorizerName: a.Name,
+					CompilationResults: []authorizationcel.CompilationResult{res}, UsesFieldSelector: res.UsesFieldSelector, UsesLabelSelector: res.UsesLabelSelector},
+					uses: map[string]bool{}, memo: &matchMemo{}}
+				c.uses = fieldsNamed(mc.Expression)
+				s.conds = append(s.conds, c)
 			}
 		case typeRBAC:
 			if opts.RBAC == nil {
@@ -139,27 +273,23 @@ func (c *Chain) Decide(ctx context.Context, a authorizer.Attributes) Decision {
 	var sar *authorizationv1.SubjectAccessReview
 	deputy := false
 	var reasons []string
-	for _, s := range c.steps {
+	for i := range c.steps {
+		s := &c.steps[i]
 		switch s.kind {
 		case typeNode:
 			if slices.Contains(groups, user.NodesGroup) {
 				return Decision{Allowed: true, Reason: "the user is in system:nodes: the Node authorizer decides (not replayed)", By: s.name, Outside: true}
 			}
 		case apiserver.TypeWebhook:
-			if s.matcher != nil {
-				if sar == nil {
-					sar = sarOf(a)
+			match, err := s.match(ctx, a, &sar)
+			if err != nil {
+				if s.failDeny {
+					return Decision{Reason: fmt.Sprintf("webhook %s: matchConditions fail (failurePolicy Deny): %v", s.name, err), By: s.name, Deputy: deputy}
 				}
-				match, err := s.matcher.Eval(ctx, sar)
-				if err != nil {
-					if s.failDeny {
-						return Decision{Reason: fmt.Sprintf("webhook %s: matchConditions fail (failurePolicy Deny): %v", s.name, err), By: s.name, Deputy: deputy}
-					}
-					continue
-				}
-				if !match {
-					continue
-				}
+				continue
+			}
+			if !match {
+				continue
 			}
 			deputy = true
 			d, reason, err := c.deputy.Authorize(ctx, a)

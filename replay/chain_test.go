@@ -184,3 +184,28 @@ func TestChainOfTheGeneratedConfiguration(t *testing.T) {
 		t.Error("an RBAC step without RBAC is accepted")
 	}
 }
+
+func TestFieldsNamed(t *testing.T) {
+	for _, tc := range []struct {
+		expr string
+		want []string
+	}{
+		{"request.user != 'system:serviceaccount:a:b'", []string{"user"}},
+		{"request.resourceAttributes.verb == 'impersonate:user-info' && request.resourceAttributes.resource in ['users', 'groups']", []string{"resource", "verb"}},
+		{"!request.groups.exists(g, g in ['system:nodes'])", []string{"groups"}},
+		{"request.resourceAttributes['name'] == 'x'", []string{"name"}},
+		{`has(request.nonResourceAttributes) && request.nonResourceAttributes.path.startsWith("/healthz")`, []string{"path"}},
+		{"request.resourceAttributes . namespace == 'kube-system'", []string{"namespace"}},
+	} {
+		var got []string
+		for f, ok := range fieldsNamed(tc.expr) {
+			if ok {
+				got = append(got, f)
+			}
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.expr, got, tc.want)
+		}
+	}
+}

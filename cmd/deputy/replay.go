@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -166,11 +167,14 @@ func runReplay(cmd *cobra.Command, f *replayFlags) error {
 		rep.Baseline = "policy " + baseWhat
 	}
 	rep.RBAC = rbacWhat
-	out := cmd.OutOrStdout()
+	out := bufio.NewWriterSize(cmd.OutOrStdout(), 64<<10)
 	if f.output == "json" {
 		err = rep.WriteJSON(out)
 	} else {
 		err = rep.WriteTable(out)
+	}
+	if err == nil {
+		err = out.Flush()
 	}
 	if err != nil {
 		return err

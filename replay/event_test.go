@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 )
 
 // realEvents are events kube-apiserver 1.37 wrote in the e2e test
@@ -185,4 +186,30 @@ func TestEventIsSubsetOfAuditEvent(t *testing.T) {
 			t.Errorf("field %s: type %s, upstream %s", f.Name, f.Type, up.Type)
 		}
 	}
+}
+
+// FuzzDecodeAndReplay: no line makes decoding, rebuilding or deciding
+// panic, and a rebuilt request always has a user and a verb.
+func FuzzDecodeAndReplay(f *testing.F) {
+	f.Add([]byte(`{"kind":"Event","apiVersion":"audit.k8s.io/v1","stage":"ResponseComplete","verb":"get","requestURI":"/api","user":{"username":"a"},"impersonatedUser":{"username":"system:node:n1","groups":["system:nodes","system:authenticated"]},"authenticationMetadata":{"impersonationConstraint":"impersonate:arbitrary-node"}}`))
+	f.Add([]byte(`{"kind":"Event","apiVersion":"audit.k8s.io/v1","stage":"Panic","verb":"create","requestURI":"/x","user":{"username":"a","extra":{"K":["",""]}},"impersonatedUser":{"username":"b","uid":"u","groups":["","system:masters","a","b"],"extra":{"Bad Key":[]}},"objectRef":{"resource":"pods"}}`))
+	f.Add([]byte("garbage"))
+	allowAll := deciderFunc(func(authorizer.Attributes) bool { return true })
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var ev event
+		if _, ok := decodeEvent(data, &ev); !ok {
+			return
+		}
+		r, reason := rebuild(&ev)
+		if r == nil {
+			if reason == "" {
+				t.Fatal("no request and no reason")
+			}
+			return
+		}
+		if r.Attributes.User == nil || r.Attributes.Verb == "" {
+			t.Fatalf("rebuilt %+v", r.Attributes)
+		}
+		DecideRequest(t.Context(), allowAll, r)
+	})
 }

@@ -3,7 +3,9 @@ package replay
 import (
 	"context"
 	"errors"
+	"maps"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 
@@ -220,12 +222,11 @@ func (m *memo) Decide(ctx context.Context, a authorizer.Attributes) Decision {
 		k.WriteString(g)
 		k.WriteByte(1)
 	}
-	for ek, ev := range u.GetExtra() {
-		// Map order varies; extras are rare on audited users, so an
-		// unordered key only costs a memo miss.
+	extra := u.GetExtra()
+	for _, ek := range slices.Sorted(maps.Keys(extra)) {
 		k.WriteString(ek)
 		k.WriteByte(2)
-		for _, v := range ev {
+		for _, v := range extra[ek] {
 			k.WriteString(v)
 			k.WriteByte(3)
 		}

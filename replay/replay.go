@@ -88,14 +88,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			}
 		})
 	}
+	// readLogs closes work whatever happens, which ends the workers; on an
+	// error, cancel makes them skip the batches still queued.
 	readErr := readLogs(ctx, o.Files, free, work)
 	if readErr != nil {
 		cancel()
-		// Drain so that the workers end.
-		go func() {
-			for range work {
-			}
-		}()
 	}
 	wg.Wait()
 	if readErr != nil {

@@ -43,6 +43,7 @@ var allowedImports = map[string][]string{
 	"syncer/source/gitfetch":  {"syncer/source/limit"},
 	"syncer/source/limit":     {},
 	"authorizer":              {"policy", "policy/v1alpha1"},
+	"replay":                  {"authorizer", "policy", "policy/v1alpha1"},
 	"tokenreview":             {"policy", "policy/v1alpha1", "internal/secretfile"},
 	"apiclient":               {"policy/v1alpha1", "internal/secretfile"},
 	"policy":                  {"policy/v1alpha1"},
@@ -160,9 +161,10 @@ func TestClientCommandsDoNotImportTheServer(t *testing.T) {
 	// main.go starts render workers (source.IsRenderWorker); serve.go is
 	// the server's command; can-i evaluates a request offline exactly as
 	// the server would, so it composes the authorizer through
-	// serve.GateOptions; render renders offline exactly as a sync does
-	// (source.RenderApplication, serve.SourceOptions).
-	serverCommands := []string{"main.go", "serve.go", "can_i.go", "render.go"}
+	// serve.GateOptions, and so does replay, which decides recorded
+	// requests as the server would; render renders offline exactly as a
+	// sync does (source.RenderApplication, serve.SourceOptions).
+	serverCommands := []string{"main.go", "serve.go", "can_i.go", "replay.go", "render.go"}
 	files, err := filepath.Glob("cmd/deputy/*.go")
 	if err != nil {
 		t.Fatal(err)

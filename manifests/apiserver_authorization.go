@@ -179,3 +179,23 @@ func authorizationConfig(o APIServerOptions) ([]byte, error) {
 
 // validatingWebhook renders the ValidatingWebhookConfiguration.
 //
+
+// DefaultAuthorizationConfig renders the AuthorizationConfiguration that
+// APIServerFiles writes with default options (failure policies, timeouts,
+// TTLs, deputy's ServiceAccount DefaultServiceAccount), with dir as the
+// directory on the control-plane node: what `deputy replay` models when not
+// given the configuration a cluster runs. No certificate is needed: the
+// configuration names the webhook kubeconfig, it does not embed it.
+//
+// Errors: none in practice (rendering to YAML).
+func DefaultAuthorizationConfig(dir string) ([]byte, error) {
+	return authorizationConfig(APIServerOptions{
+		Dir:                        dir,
+		AuthorizationTimeout:       DefaultAuthorizationTimeout,
+		AuthorizedTTL:              DefaultAuthorizedTTL,
+		UnauthorizedTTL:            DefaultUnauthorizedTTL,
+		FailurePolicy:              FailurePolicyNoOpinion,
+		ImpersonationFailurePolicy: FailurePolicyDeny,
+		ServiceAccount:             DefaultServiceAccount,
+	})
+}

@@ -59,6 +59,7 @@ func newRootCommand(serve serveFunc) *cobra.Command {
 		newCertsCommand(),
 		newConfigCommand(),
 		newCanICommand(),
+		newReplayCommand(),
 		newValidateCommand(),
 		newSyncCommand(),
 		newDiffCommand(),

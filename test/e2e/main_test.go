@@ -139,9 +139,11 @@ func run(m *testing.M) int {
 		}
 	}()
 	// Every write is audited (Metadata level), so that tests can see who
-	// made it and whom it impersonated. TestDriftAtScale (DEPUTY_SCALE=1
+	// made it and whom it impersonated; every request of the replay test's
+	// users too. TestDriftAtScale (DEPUTY_SCALE=1
 	// only) counts every request of the replicas' identity, reads too.
-	var everyRequestOf []string
+	// TestReplayAuditLog replays every request of its users.
+	everyRequestOf := []string{replayAnn, replayBen}
 	if scaleEnabled() {
 		everyRequestOf = append(everyRequestOf, deputyUser)
 	}

@@ -59,6 +59,7 @@ func newRootCommand(serve serveFunc) *cobra.Command {
 		newCertsCommand(),
 		newConfigCommand(),
 		newCanICommand(),
+		newWhoCanCommand(),
 		newValidateCommand(),
 		newSyncCommand(),
 		newDiffCommand(),

@@ -67,8 +67,11 @@ what deputy's impersonation gate lets the user impersonate.`,
   deputy can-i impersonate serviceaccounts/deployer -n team-a --as alice --policy policy/
   deputy can-i impersonate serviceaccounts/guestbook-deployer -n guestbook --as system:serviceaccount:argocd:argocd-application-controller --config deputy.yaml`,
 		Args: func(cmd *cobra.Command, args []string) error {
+			if f.list && len(args) > 0 {
+				return fmt.Errorf("can-i --list takes no VERB or RESOURCE (got %q): it lists every rule that applies to --as in -n", args)
+			}
 			if f.list {
-				return cobra.NoArgs(cmd, args)
+				return nil
 			}
 			return cobra.ExactArgs(2)(cmd, args)
 		},

@@ -15,7 +15,17 @@ import (
 // order first named.
 func (w *whoCan) expandGroups(ans *WhoCanAnswer) {
 	var named []string // computed once, when a group needs it
-	seen := map[string]bool{}
+	groups := 0
+	for _, g := range ans.Grants {
+		if g.Subject.Kind == rbacv1.GroupKind {
+			groups++
+		}
+	}
+	if groups == 0 {
+		return
+	}
+	seen := make(map[string]bool, groups)
+	ans.Groups = slices.Grow(ans.Groups, groups)
 	for _, g := range ans.Grants {
 		if g.Subject.Kind != rbacv1.GroupKind || seen[g.Subject.Name] {
 			continue
@@ -33,8 +43,13 @@ func (w *whoCan) expandGroups(ans *WhoCanAnswer) {
 				if !in(name) {
 					continue
 				}
-				u := SubjectUser(userSubject(name))
-				if v := w.decide(u); v.allowed {
+				if !w.gateDecides {
+					// A member is allowed through the group's grant: the
+					// gate has no opinion on the request for anyone.
+					e.Members = append(e.Members, name)
+					continue
+				}
+				if v := w.decide(SubjectUser(userSubject(name))); v.allowed {
 					e.Members = append(e.Members, name)
 				} else {
 					ans.Refused = append(ans.Refused, Refusal{Subject: userSubject(name), Reason: v.reason})
@@ -74,14 +89,14 @@ func groupMembership(group string) (func(name string) bool, string) {
 // of every binding of deputy's RBAC and the cluster's, and the configured
 // impersonators.
 func (w *whoCan) namedUsers() []string {
-	// The one member of system:unauthenticated, named or not.
-	set := map[string]bool{user.Anonymous: true}
+	// A slice sorted and compacted: cheaper than a set of 100,000 names.
+	out := []string{user.Anonymous} // the one member of system:unauthenticated, named or not
 	add := func(list []policy.Binding) {
 		for i := range list {
 			b := &list[i]
 			for _, s := range b.Subjects {
 				if s, ok := NormalizeSubject(s, b.Namespace); ok && s.Kind != rbacv1.GroupKind {
-					set[SubjectUser(s).GetName()] = true
+					out = append(out, subjectUserName(s))
 				}
 			}
 		}
@@ -97,13 +112,9 @@ func (w *whoCan) namedUsers() []string {
 	}
 	if w.o.Gate != nil {
 		for _, imp := range w.o.Gate.opts.Impersonators {
-			set[imp.UserName] = true
+			out = append(out, imp.UserName)
 		}
 	}
-	out := make([]string, 0, len(set))
-	for name := range set {
-		out = append(out, name)
-	}
 	slices.Sort(out)
-	return out
+	return slices.Compact(out)
 }

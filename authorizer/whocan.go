@@ -115,8 +115,13 @@ type WhoCanAnswer struct {
 // ServiceAccount its user name with system:serviceaccounts,
 // system:serviceaccounts:NS and system:authenticated, a Group an unnamed user
 // in only that group. A candidate the gate denies is in Refused, not Grants
-// (the gate's Deny is final). snap nil: an empty answer with
-// policy.ErrNotLoaded as warning.
+// (the gate's Deny is final). On a request the gate has no opinion on for
+// anyone (every request that is not an impersonation check), a subject of
+// deputy's allowing binding, and a member of a group such a binding names,
+// is allowed by RBAC by construction and not evaluated again (100,000
+// grants would cost 100,000 binding walks); impersonation checks and the
+// cluster's RBAC are decided in full per subject. snap nil: an empty answer
+// with policy.ErrNotLoaded as warning.
 func WhoCan(ctx context.Context, snap *policy.Snapshot, a authorizer.Attributes, o WhoCanOptions) WhoCanAnswer {
 	var ans WhoCanAnswer
 	if snap == nil {

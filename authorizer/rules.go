@@ -28,7 +28,8 @@ func (g RuleGrant) Reason() string { return g.Binding.Reasons[g.Subject] }
 // SelfSubjectRulesReview computes them (pkg/registry/rbac/validation
 // rule.go, DefaultRuleResolver.RulesFor), with the binding of each; errs are
 // the role references of those bindings that could not be resolved (the
-// review's evaluationError: the list is then incomplete). A request in
+// review's evaluationError: the list is then incomplete), each naming its
+// binding. A request in
 // namespace is allowed by deputy's RBAC iff one of the rules allows it.
 func RulesFor(snap *policy.Snapshot, u user.Info, namespace string) (rules []RuleGrant, errs []error) {
 	if snap == nil {
@@ -36,7 +37,7 @@ func RulesFor(snap *policy.Snapshot, u user.Info, namespace string) (rules []Rul
 	}
 	snap.RBAC.VisitBindings(u, namespace, func(b *policy.Binding, subject int) bool {
 		if b.RoleErr != nil {
-			errs = append(errs, b.RoleErr)
+			errs = append(errs, bindingError(b))
 			return true
 		}
 		for i := range b.Rules {

@@ -2,6 +2,7 @@ package authorizer
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -252,7 +253,7 @@ func (w *whoCan) bindings(ans *WhoCanAnswer, r *policy.RBAC, cluster bool) {
 		for i := range list {
 			b := &list[i]
 			if b.RoleErr != nil {
-				ans.Warnings = append(ans.Warnings, b.RoleErr)
+				ans.Warnings = append(ans.Warnings, bindingError(b))
 				continue
 			}
 			if rules[i] = w.allowingRule(b); rules[i] != nil {
@@ -396,4 +397,14 @@ func AuthenticatedGroups(name string, groups []string) []string {
 		add(user.AllAuthenticated)
 	}
 	return out
+}
+
+// bindingError is b's role resolution error with the binding named, e.g.
+// `RoleBinding "b/ns" grants nothing: role.rbac.authorization.k8s.io "r" not
+// found`; it wraps b.RoleErr.
+func bindingError(b *policy.Binding) error {
+	if b.Namespace == "" {
+		return fmt.Errorf("ClusterRoleBinding %q grants nothing: %w", b.Name, b.RoleErr)
+	}
+	return fmt.Errorf("RoleBinding %q grants nothing: %w", b.Name+"/"+b.Namespace, b.RoleErr)
 }

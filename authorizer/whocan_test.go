@@ -197,7 +197,7 @@ func TestRulesForListsTheRulesAuthorizeUses(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("rules from %q, want %q", got, want)
 	}
-	if len(errs) != 1 || !strings.Contains(errs[0].Error(), `"missing" not found`) {
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), `RoleBinding "broken/team-a" grants nothing: role.rbac.authorization.k8s.io "missing" not found`) {
 		t.Errorf("errors %v, want the missing Role of carol's binding", errs)
 	}
 	if rules, _ := RulesFor(snap, u, ""); len(rules) != 0 {

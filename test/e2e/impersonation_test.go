@@ -226,6 +226,11 @@ func TestSyncIdentityImpersonatesOnlyWhatItsProjectDerives(t *testing.T) {
 		if err != nil || strings.Contains(out, "\nUser/mallory") || !strings.Contains(out, "not allowed: User/mallory") || !strings.Contains(out, "protected targets") {
 			t.Errorf("who-can for a protected target: %v\n%s", err, out)
 		}
+		out, err = framework.CLI(deputy.Bin, append([]string{"can-i", "--list", "--as", "mallory", "-n", "kube-system"}, args...)...)
+		if err != nil || !strings.Contains(out, `cluster RBAC (after deputy's no opinion): RoleBinding "e2e-mallory-impersonates/kube-system" of ClusterRole "e2e-sa-impersonator" to User "mallory"`) ||
+			!strings.Contains(out, "strict mode") {
+			t.Errorf("can-i --list for mallory: %v\n%s", err, out)
+		}
 		// kube-apiserver, asking deputy's webhook, agrees with both answers.
 		for _, c := range []struct {
 			user, ns, name string

@@ -52,26 +52,26 @@ func RulesFor(snap *policy.Snapshot, u user.Info, namespace string) (rules []Rul
 type ImpersonationRights struct {
 	// Summary says how the gate treats the identity: an impersonator (its
 	// AppProjects below), exempt, strict, or no opinion (RBAC decides).
-	Summary string
+	Summary string `json:"summary"`
 	// Projects are an impersonator's AppProjects, with the ServiceAccounts
 	// each may derive and its destinations.
-	Projects []ProjectRights
+	Projects []ProjectRights `json:"projects,omitempty"`
 	// Protected describes the targets nobody impersonates through deputy
 	// (empty for exempt identities, which the gate leaves to RBAC).
-	Protected []string
+	Protected []string `json:"protected,omitempty"`
 }
 
 // ProjectRights is one AppProject of an impersonator.
 type ProjectRights struct {
 	// Project is `AppProject argoproj.io argocd/guestbook`.
-	Project string
+	Project string `json:"project"`
 	// ServiceAccounts describes each destinationServiceAccounts entry:
 	// `[0] server "https://kubernetes.default.svc", namespace "guestbook" -> guestbook:deployer`;
 	// an entry with a wildcard namespace derives the name in every
 	// destination namespace it matches.
-	ServiceAccounts []string
+	ServiceAccounts []string `json:"serviceAccounts"`
 	// Destinations describes each destination (server or name, namespace).
-	Destinations []string
+	Destinations []string `json:"destinations"`
 }
 
 // RightsOf describes what the gate lets u impersonate, from the current

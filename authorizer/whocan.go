@@ -68,18 +68,18 @@ type Grant struct {
 
 // GroupExpansion names the users of the policy in a group a Grant names.
 type GroupExpansion struct {
-	Group string
+	Group string `json:"group"`
 	// Known reports whether membership follows from user names
 	// (system:authenticated, system:unauthenticated, system:serviceaccounts
 	// and system:serviceaccounts:NS); other groups' members come from the
 	// authenticator, which the policy does not know.
-	Known bool
+	Known bool `json:"known"`
 	// Description says who is in the group ("every authenticated user").
-	Description string
+	Description string `json:"description"`
 	// Members are the users and ServiceAccounts named in the policy (and the
 	// configured impersonators) that are in the group and that the composed
 	// decision allows, sorted.
-	Members []string
+	Members []string `json:"members,omitempty"`
 }
 
 // Refusal is a subject a binding's rule matches that the composed decision

@@ -116,13 +116,12 @@ type WhoCanAnswer struct {
 // ServiceAccount its user name with system:serviceaccounts,
 // system:serviceaccounts:NS and system:authenticated, a Group an unnamed user
 // in only that group. A candidate the gate denies is in Refused, not Grants
-// (the gate's Deny is final). On a request the gate has no opinion on for
-// anyone (every request that is not an impersonation check), a subject of
-// deputy's allowing binding, and a member of a group such a binding names,
-// is allowed by RBAC by construction and not evaluated again (100,000
-// grants would cost 100,000 binding walks); impersonation checks and the
-// cluster's RBAC are decided in full per subject. snap nil: an empty answer
-// with policy.ErrNotLoaded as warning.
+// (the gate's Deny is final). Where the gate has no opinion, a subject of
+// deputy's allowing binding is allowed by RBAC by construction and RBAC is
+// not evaluated again (100,000 grants would cost 100,000 binding walks); on
+// impersonation checks the gate is asked for every subject, and subjects of
+// the cluster's RBAC and group members of impersonation checks are decided
+// in full. snap nil: an empty answer with policy.ErrNotLoaded as warning.
 func WhoCan(ctx context.Context, snap *policy.Snapshot, a authorizer.Attributes, o WhoCanOptions) WhoCanAnswer {
 	var ans WhoCanAnswer
 	if snap == nil {
@@ -185,17 +184,27 @@ func (w *whoCan) decide(u user.Info) verdict {
 	return v
 }
 
-func (w *whoCan) decideUncached(a authorizer.Attributes) verdict {
-	if w.o.Gate != nil {
-		switch d, reason, err := w.o.Gate.Authorize(w.ctx, a); d {
-		case authorizer.DecisionAllow:
-			return verdict{allowed: true, via: ViaGate, reason: reason}
-		case authorizer.DecisionDeny:
-			if err != nil {
-				reason += " (" + err.Error() + ")"
-			}
-			return verdict{via: ViaGate, reason: reason}
+// gateVerdict is the gate's decision for u; decided is false when the gate
+// has no opinion (or there is no gate).
+func (w *whoCan) gateVerdict(u user.Info) (v verdict, decided bool) {
+	if w.o.Gate == nil {
+		return verdict{}, false
+	}
+	switch d, reason, err := w.o.Gate.Authorize(w.ctx, withUser{Attributes: w.a, u: u}); d {
+	case authorizer.DecisionAllow:
+		return verdict{allowed: true, via: ViaGate, reason: reason}, true
+	case authorizer.DecisionDeny:
+		if err != nil {
+			reason += " (" + err.Error() + ")"
 		}
+		return verdict{via: ViaGate, reason: reason}, true
+	}
+	return verdict{}, false
+}
+
+func (w *whoCan) decideUncached(a authorizer.Attributes) verdict {
+	if v, decided := w.gateVerdict(a.GetUser()); decided {
+		return v
 	}
 	if ex := Explain(w.snap, a); ex.Binding != nil {
 		return verdict{allowed: true, via: ViaRBAC, reason: ex.Reason()}
@@ -294,16 +303,19 @@ func (w *whoCan) candidate(ans *WhoCanAnswer, b *policy.Binding, si int, rule *r
 	if w.done[userName] {
 		return // an impersonator the gate allows: named once, with its AppProject entry
 	}
-	var v verdict
-	if !cluster && !w.gateDecides {
-		// The composed decision without the gate's opinion is RBAC's, and
-		// RBAC allows: b is one of the bindings Authorize visits for the
-		// user s authenticates as (the subject index finds b by s's user
-		// or group name, as the conformance run proves), and rule allows.
-		// Evaluating it again would cost a binding walk per grant.
-		v = verdict{allowed: true, via: ViaRBAC}
-	} else {
+	// Without the gate's opinion the composed decision is RBAC's, and RBAC
+	// allows: b is one of the bindings Authorize visits for the user s
+	// authenticates as (the subject index finds b by s's user or group
+	// name, as the conformance run proves), and rule allows. Evaluating
+	// RBAC again would cost a binding walk per grant.
+	v := verdict{allowed: true, via: ViaRBAC}
+	switch {
+	case cluster:
 		v = w.decide(SubjectUser(s))
+	case w.gateDecides:
+		if gv, decided := w.gateVerdict(SubjectUser(s)); decided {
+			v = gv
+		}
 	}
 	switch {
 	case !v.allowed:

@@ -49,7 +49,8 @@ e2e: build test-binaries ## e2e suite and a small RBAC conformance run: real kub
 .PHONY: conformance
 conformance: build test-binaries ## RBAC conformance vs kube-apiserver: SARS (25000) over SEEDS (5), then FUZZTIME (10m) of fuzzing
 	cd test && DEPUTY_BIN=$(BIN)/deputy KUBEBUILDER_ASSETS=$(BIN) CONFORMANCE_SARS=$${SARS:-25000} CONFORMANCE_SEEDS=$${SEEDS:-5} \
-		$(GO) test -count=1 -timeout 60m -v -run '^(TestAPIServerConformance|TestNamedRegressions|TestInProcessConformance)$$' ./conformance/
+		WHOCAN_REQUESTS=$${WHOCAN_REQUESTS:-1000} WHOCAN_SEEDS=$${SEEDS:-5} \
+		$(GO) test -count=1 -timeout 60m -v -run '^(TestAPIServerConformance|TestNamedRegressions|TestInProcessConformance|TestWhoCanAndRulesAgainstAPIServer|TestWhoCanAndRulesInProcess)$$' ./conformance/
 	cd test && $(GO) test -run '^$$' -fuzz '^FuzzRBACConformance$$' -fuzztime $${FUZZTIME:-10m} ./conformance/
 
 .PHONY: test-binaries

@@ -25,6 +25,13 @@
 //     fixed list, for metrics and decision logs;
 //   - BootstrapGrants are kube-apiserver's bootstrap grants every client
 //     needs, which a policy with default decision Deny must keep.
+//   - reverse queries over the same evaluation (whocan.go, rules.go): WhoCan
+//     (every subject allowed a request, with binding and rule or the
+//     AppProject entry, checked through the gate, RBAC and the default
+//     decision; groups expanded where names tell membership), RulesFor (the
+//     rules applying to a user, as SelfSubjectRulesReview) and Gate.RightsOf
+//     (what the gate lets an identity impersonate), for `deputy who-can`
+//     and `deputy can-i --list`.
 //
 // Every component takes plain options (GateOptions, Options); the mapping
 // from deputy's configuration file is the composition root's. It must not do

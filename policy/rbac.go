@@ -527,3 +527,16 @@ func (r *RBAC) UnresolvedBindings() []*Binding {
 	}
 	return out
 }
+
+// BindingNamespaces returns the namespaces that hold RoleBindings, sorted.
+func (r *RBAC) BindingNamespaces() []string {
+	if r == nil {
+		return nil
+	}
+	namespaces := make([]string, 0, len(r.roleBindings))
+	for ns := range r.roleBindings {
+		namespaces = append(namespaces, ns)
+	}
+	slices.Sort(namespaces)
+	return namespaces
+}

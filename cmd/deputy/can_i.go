@@ -9,7 +9,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -30,12 +29,14 @@ type canIFlags struct {
 	subresource string
 	configFile  string
 	policy      []string
+	list        bool
+	output      string
 }
 
 func newCanICommand() *cobra.Command {
 	var f canIFlags
 	cmd := &cobra.Command{
-		Use:   "can-i VERB (RESOURCE[.GROUP][/NAME] | NONRESOURCEURL) [-n NS] --as USER [--as-group G]... [--policy PATH]... [--config FILE]",
+		Use:   "can-i (VERB (RESOURCE[.GROUP][/NAME] | NONRESOURCEURL) | --list) [-n NS] --as USER [--as-group G]... [--policy PATH]... [--config FILE]",
 		Short: "Evaluate a request offline against deputy's policy, like kubectl auth can-i",
 		Long: `Evaluate one request against the policy, offline, and print yes or no with
 the binding and rule, or the AppProject entry, that decided. Exit code 0 means
@@ -53,52 +54,49 @@ An argument starting with / is a non-resource URL (/healthz).
 
 As kube-apiserver does for every authenticated request, the group
 system:authenticated is added to --as-group (and system:serviceaccounts,
-system:serviceaccounts:NS for a ServiceAccount user).`,
+system:serviceaccounts:NS for a ServiceAccount user).
+
+With --list (and no VERB or RESOURCE), every rule that applies to the user in
+-n's namespace (cluster-wide rules only without -n) is printed as kubectl
+auth can-i --list prints it, with the binding each comes from, followed by
+what deputy's impersonation gate lets the user impersonate.`,
 		Example: `  deputy can-i list pods -n team-a --as alice --policy examples/
   deputy can-i get /healthz --as bob
+  deputy can-i --list -n team-a --as alice --policy examples/
   deputy can-i create deployments.apps -n guestbook --as system:serviceaccount:guestbook:guestbook-deployer
   deputy can-i impersonate serviceaccounts/deployer -n team-a --as alice --policy policy/
   deputy can-i impersonate serviceaccounts/guestbook-deployer -n guestbook --as system:serviceaccount:argocd:argocd-application-controller --config deputy.yaml`,
-		Args: cobra.ExactArgs(2),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if f.list && len(args) > 0 {
+				return fmt.Errorf("can-i --list takes no VERB or RESOURCE (got %q): it lists every rule that applies to --as in -n", args)
+			}
+			if f.list {
+				return nil
+			}
+			return cobra.ExactArgs(2)(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if f.as == "" {
 				return fmt.Errorf("--as is required: name the user to evaluate, e.g. --as alice")
+			}
+			if f.list {
+				return runCanIList(cmd, &f)
+			}
+			if f.output != "" {
+				return fmt.Errorf("-o %s: only can-i --list has an output format (json)", f.output)
 			}
 			attrs, note, err := canIAttributes(args[0], args[1], &f)
 			if err != nil {
 				return err
 			}
-			cfg, err := loadConfigFile(f.configFile)
+			d, err := loadDecider(cmd.Context(), &f)
 			if err != nil {
 				return err
-			}
-			snap, what, err := loadPolicyOnce(f.configFile, f.policy)
-			if err != nil {
-				if !strings.HasPrefix(what, "the configuration ") {
-					what = "policy from " + what
-				}
-				return fmt.Errorf("%s does not load:\n%w", what, err)
 			}
 			out := cmd.OutOrStdout()
 			if note != "" {
 				fmt.Fprintf(cmd.ErrOrStderr(), "note: %s\n", note)
 			}
-			// The impersonation gate answers first, as in deputy serve.
-			gateOpts, err := serve.GateOptions(cfg.Authorization.Impersonation)
-			if err != nil {
-				return err
-			}
-			var clusterState deputyauthz.ClusterStateFunc
-			var cluster *policy.ClusterState
-			if f.kubeconfig != "" {
-				if cluster, err = readCluster(cmd.Context(), config.Cluster{Kubeconfig: f.kubeconfig, Context: f.kubeContext}); err != nil {
-					return err
-				}
-				clusterState = func() *policy.ClusterState { return cluster }
-			}
-			gate := deputyauthz.NewGate(gateOpts, func() *policy.Snapshot { return snap }, clusterState)
-			d := canIDecider{gate: gate, snap: snap, cluster: cluster, what: what,
-				deny: cfg.Authorization.DefaultDecision == string(deputyauthz.DefaultDeny)}
 			shapes := impersonationShapes(attrs)
 			if len(shapes) == 0 {
 				allowed, lines := d.decide(cmd.Context(), attrs)
@@ -133,6 +131,8 @@ system:serviceaccounts:NS for a ServiceAccount user).`,
 	fs.StringArrayVar(&f.policy, "policy", nil, "policy file or directory; repeatable; default: the embedded examples")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "also read the cluster's AppProjects and RBAC objects, as deputy serve does in cluster mode")
 	fs.StringVar(&f.kubeContext, "context", "", "kubeconfig context")
+	fs.BoolVar(&f.list, "list", false, "list every rule that applies to --as in -n (as kubectl auth can-i --list) and what the impersonation gate lets it impersonate")
+	fs.StringVarP(&f.output, "output", "o", "", "with --list: json for machine-readable output")
 	return cmd
 }
 
@@ -146,6 +146,43 @@ type canIDecider struct {
 	what    string
 	// deny: authorization.defaultDecision is Deny.
 	deny bool
+}
+
+// loadDecider loads what can-i and who-can decide with: the configuration
+// (--config), the policy (--policy, else the configuration's paths, else the
+// embedded examples), the impersonation gate configured as deputy serve
+// configures it, and with --kubeconfig the cluster's AppProjects and RBAC.
+//
+// Errors: an invalid configuration, a policy that does not load (every
+// problem named), an unreachable cluster.
+func loadDecider(ctx context.Context, f *canIFlags) (canIDecider, error) {
+	cfg, err := loadConfigFile(f.configFile)
+	if err != nil {
+		return canIDecider{}, err
+	}
+	snap, what, err := loadPolicyOnce(f.configFile, f.policy)
+	if err != nil {
+		if !strings.HasPrefix(what, "the configuration ") {
+			what = "policy from " + what
+		}
+		return canIDecider{}, fmt.Errorf("%s does not load:\n%w", what, err)
+	}
+	// The impersonation gate answers first, as in deputy serve.
+	gateOpts, err := serve.GateOptions(cfg.Authorization.Impersonation)
+	if err != nil {
+		return canIDecider{}, err
+	}
+	var clusterState deputyauthz.ClusterStateFunc
+	var cluster *policy.ClusterState
+	if f.kubeconfig != "" {
+		if cluster, err = readCluster(ctx, config.Cluster{Kubeconfig: f.kubeconfig, Context: f.kubeContext}); err != nil {
+			return canIDecider{}, err
+		}
+		clusterState = func() *policy.ClusterState { return cluster }
+	}
+	gate := deputyauthz.NewGate(gateOpts, func() *policy.Snapshot { return snap }, clusterState)
+	return canIDecider{gate: gate, snap: snap, cluster: cluster, what: what,
+		deny: cfg.Authorization.DefaultDecision == string(deputyauthz.DefaultDeny)}, nil
 }
 
 // decide returns whether attrs is allowed and the explanation lines
@@ -250,14 +287,7 @@ func indent(lines string) string {
 // kube-apiserver's authentication would: groups augmented like the
 // authenticated-group adder and the ServiceAccount authenticator do.
 func canIAttributes(verb, target string, f *canIFlags) (*authorizer.AttributesRecord, string, error) {
-	groups := append([]string(nil), f.asGroups...)
-	if ns, _, err := serviceaccount.SplitUsername(f.as); err == nil {
-		groups = appendMissing(groups, serviceaccount.AllServiceAccountsGroup, serviceaccount.MakeNamespaceGroupName(ns))
-	}
-	if f.as != user.Anonymous {
-		groups = appendMissing(groups, user.AllAuthenticated)
-	}
-	u := &user.DefaultInfo{Name: f.as, Groups: groups}
+	u := &user.DefaultInfo{Name: f.as, Groups: deputyauthz.AuthenticatedGroups(f.as, f.asGroups)}
 	if strings.HasPrefix(target, "/") {
 		return &authorizer.AttributesRecord{User: u, Verb: verb, Path: target}, "", nil
 	}
@@ -337,19 +367,6 @@ func builtinGroup(resource string) (group string, ambiguous string) {
 		return list[0], ""
 	}
 	return list[0], fmt.Sprintf("%q", list)
-}
-
-func appendMissing(list []string, items ...string) []string {
-	for _, it := range items {
-		found := false
-		for _, l := range list {
-			found = found || l == it
-		}
-		if !found {
-			list = append(list, it)
-		}
-	}
-	return list
 }
 
 func describeAttributes(a *authorizer.AttributesRecord) string {

@@ -60,6 +60,7 @@ func newRootCommand(serve serveFunc) *cobra.Command {
 		newConfigCommand(),
 		newCanICommand(),
 		newReplayCommand(),
+		newWhoCanCommand(),
 		newValidateCommand(),
 		newSyncCommand(),
 		newDiffCommand(),

@@ -173,11 +173,28 @@ func (s runStats) String() string {
 		s.sars, s.named, s.allowed, s.severalAllow, s.reasonsDiffered, s.missingRoleErrors, s.mismatches, s.otherDisagreements)
 }
 
-func runSeed(t *testing.T, run seedRun) runStats {
+// seedPolicy is a kube-apiserver (RBAC authorization only) holding a
+// generated policy, and that policy as written for deputy.
+type seedPolicy struct {
+	cs kubernetes.Interface
+	// held is every RBAC object the apiserver holds, its bootstrap policy
+	// included, read back after aggregation; policyDir holds it as a policy
+	// file.
+	held      *Policy
+	policyDir string
+	// r continues the seed's random source (for the requests).
+	r     *rand.Rand
+	named []namedCheck
+}
+
+// setupSeedPolicy starts a fresh kube-apiserver + etcd (stopped when the test
+// ends), creates the seed's generated policy and the named cases kube-apiserver
+// accepts, runs the ClusterRole aggregation controller until it settles, waits
+// for the RBAC informers (sentinels), and reads everything back.
+func setupSeedPolicy(t *testing.T, seed uint64, assets string) seedPolicy {
 	ctx := t.Context()
-	t0 := time.Now()
 	env := &envtest.Environment{
-		BinaryAssetsDirectory:    run.assets,
+		BinaryAssetsDirectory:    assets,
 		ControlPlaneStartTimeout: 2 * time.Minute,
 		ControlPlaneStopTimeout:  time.Minute,
 	}
@@ -204,7 +221,7 @@ func runSeed(t *testing.T, run seedRun) runStats {
 	for _, cr := range bootstrap.Items {
 		opts.KnownClusterRoles = append(opts.KnownClusterRoles, cr.Name)
 	}
-	r := rand.New(rand.NewPCG(run.seed, 0xdeb))
+	r := rand.New(rand.NewPCG(seed, 0xdeb))
 	generated := GeneratePolicy(r, opts)
 	var named []namedCheck
 	for _, c := range namedCases() {
@@ -231,6 +248,14 @@ func runSeed(t *testing.T, run seedRun) runStats {
 	if err := held.WriteFile(policyDir, "policy.yaml"); err != nil {
 		t.Fatal(err)
 	}
+	return seedPolicy{cs: cs, held: held, policyDir: policyDir, r: r, named: named}
+}
+
+func runSeed(t *testing.T, run seedRun) runStats {
+	ctx := t.Context()
+	t0 := time.Now()
+	sp := setupSeedPolicy(t, run.seed, run.assets)
+	cs, held, policyDir, r, named := sp.cs, sp.held, sp.policyDir, sp.r, sp.named
 	configFile := filepath.Join(t.TempDir(), "deputy.yaml")
 	if err := os.WriteFile(configFile, []byte(deputyConfig), 0o600); err != nil {
 		t.Fatal(err)

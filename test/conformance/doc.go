@@ -9,7 +9,13 @@
 //   - in process, with go test -fuzz (FuzzRBACConformance): fuzz input drives
 //     the same generator, also through inputs the apiserver would reject, and
 //     upstream's RBACAuthorizer is the reference;
-//   - side by side for speed (BenchmarkSideBySide).
+//   - side by side for speed (BenchmarkSideBySide);
+//   - the reverse queries `deputy who-can` and `deputy can-i --list` make
+//     (authorizer.WhoCan, authorizer.RulesFor), cross-checked for every
+//     subject of the policy against kube-apiserver's SubjectAccessReviews
+//     (TestWhoCanAndRulesAgainstAPIServer, same setup as the conformance
+//     run) and in process against upstream's authorizer
+//     (TestWhoCanAndRulesInProcess).
 //
 // The generator (GeneratePolicy, GenerateRequests) and the reference
 // (Reference, Expectation) live in non-test files so that all three share

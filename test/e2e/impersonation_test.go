@@ -205,6 +205,47 @@ func TestSyncIdentityImpersonatesOnlyWhatItsProjectDerives(t *testing.T) {
 			t.Errorf("can-i for an underived ServiceAccount: %v\n%s", err, out)
 		}
 	})
+	t.Run("deputy who-can with --kubeconfig names the sync identity, not an RBAC grant of a protected target", func(t *testing.T) {
+		cs := admin(t)
+		// mallory holds a cluster RBAC grant to impersonate every
+		// ServiceAccount of kube-system, a protected target.
+		create(t, cs.RbacV1().ClusterRoles().Create, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "e2e-sa-impersonator"},
+			Rules: []rbacv1.PolicyRule{
+				{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"impersonate"}},
+				{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"serviceaccounts"}, Verbs: []string{"impersonate:serviceaccount"}},
+			}})
+		create(t, cs.RbacV1().RoleBindings("kube-system").Create, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "e2e-mallory-impersonates", Namespace: "kube-system"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "e2e-sa-impersonator"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "mallory"}}})
+		args := append([]string{"--config", filepath.Join(work, "deputy.yaml"), "--kubeconfig", cp.AdminKubeconfig}, fileModeArgs()...)
+		out, err := framework.CLI(deputy.Bin, append([]string{"who-can", "impersonate:serviceaccount", "serviceaccounts.authentication.k8s.io/guestbook-deployer", "-n", "guestbook"}, args...)...)
+		if err != nil || !strings.Contains(out, "ServiceAccount/argocd/argocd-application-controller  AppProject argoproj.io argocd/guestbook destinationServiceAccounts[0]") {
+			t.Errorf("who-can for the derived ServiceAccount: %v\n%s", err, out)
+		}
+		out, err = framework.CLI(deputy.Bin, append([]string{"who-can", "impersonate:serviceaccount", "serviceaccounts.authentication.k8s.io/default", "-n", "kube-system"}, args...)...)
+		if err != nil || strings.Contains(out, "\nUser/mallory") || !strings.Contains(out, "not allowed: User/mallory") || !strings.Contains(out, "protected targets") {
+			t.Errorf("who-can for a protected target: %v\n%s", err, out)
+		}
+		out, err = framework.CLI(deputy.Bin, append([]string{"can-i", "--list", "--as", "mallory", "-n", "kube-system"}, args...)...)
+		if err != nil || !strings.Contains(out, `cluster RBAC (after deputy's no opinion): RoleBinding "e2e-mallory-impersonates/kube-system" of ClusterRole "e2e-sa-impersonator" to User "mallory"`) ||
+			!strings.Contains(out, "strict mode") {
+			t.Errorf("can-i --list for mallory: %v\n%s", err, out)
+		}
+		// kube-apiserver, asking deputy's webhook, agrees with both answers.
+		for _, c := range []struct {
+			user, ns, name string
+			want           bool
+		}{{controllerSA, "guestbook", "guestbook-deployer", true}, {"mallory", "kube-system", "default", false}} {
+			rev, err := cs.AuthorizationV1().SubjectAccessReviews().Create(t.Context(), &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User: c.user, Groups: []string{"system:authenticated"}, ResourceAttributes: &authorizationv1.ResourceAttributes{
+					Verb: "impersonate:serviceaccount", Group: "authentication.k8s.io", Resource: "serviceaccounts", Namespace: c.ns, Name: c.name}}}, metav1.CreateOptions{})
+			if err != nil {
+				t.Errorf("SubjectAccessReview for %s impersonating %s/%s: %v", c.user, c.ns, c.name, err)
+			} else if rev.Status.Allowed != c.want {
+				t.Errorf("SubjectAccessReview for %s impersonating %s/%s: %+v, want allowed=%t", c.user, c.ns, c.name, rev.Status, c.want)
+			}
+		}
+	})
 	t.Run("a ServiceAccount in another namespace is 403", func(t *testing.T) {
 		_, err := impersonating(controller, "system:serviceaccount:team-a:deployer").CoreV1().ConfigMaps("team-a").List(t.Context(), metav1.ListOptions{})
 		if e := forbidden(err, "deputy impersonation gate"); e != nil {

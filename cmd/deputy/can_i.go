@@ -211,9 +211,11 @@ func (d canIDecider) decide(ctx context.Context, attrs *authorizer.AttributesRec
 		}
 		return true, b.String()
 	}
-	if d.cluster != nil {
+	if d.cluster != nil && !d.deny {
 		// Not deputy's own decision, but what the cluster's RBAC
-		// (kube-apiserver's next authorizer) would answer.
+		// (kube-apiserver's next authorizer) would answer. With
+		// defaultDecision Deny deputy denies first: kube-apiserver never
+		// asks the next authorizer.
 		if cex := deputyauthz.Explain(&policy.Snapshot{RBAC: d.cluster.RBAC}, attrs); cex.Binding != nil {
 			fmt.Fprintf(&b, "  deputy has no opinion; the cluster's RBAC allows: %s\n  rule: %s\n", cex.Reason(), deputyauthz.DescribeRule(cex.Rule))
 			return true, b.String()

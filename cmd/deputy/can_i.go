@@ -302,6 +302,11 @@ func canIAttributes(verb, target string, f *canIFlags) (*authorizer.AttributesRe
 	}
 	if r, g, ok := strings.Cut(resource, "."); ok {
 		resource, group = r, g
+	} else if strings.HasPrefix(verb, deputyauthz.VerbPrefixImpersonateMode) {
+		// Every constrained impersonation check is in authentication.k8s.io
+		// (k8s.io/apiserver filters/impersonation), whatever the resource.
+		group = deputyauthz.AuthenticationGroup
+		note = fmt.Sprintf("verb %q is checked on API group %q; write %s.%s to be explicit", verb, group, resource, group)
 	} else if g, ambiguous := builtinGroup(resource); g != "" || ambiguous != "" {
 		group = g
 		if group != "" {

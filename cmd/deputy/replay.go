@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apiserver/pkg/apis/apiserver"
@@ -68,7 +69,7 @@ denied impersonation whose target the log lacks, lines that are not events
 or longer than 4 MiB) are counted by reason with an example, never dropped.
 
 Exit codes: 0 done; 1 --fail-on matched (newly-denied, newly-allowed or any);
-2 error.`,
+2 error, including a log in which not one request could be replayed.`,
 		Example: `  deputy replay --audit-log /var/log/kubernetes/audit.log --policy policy-next/ --config deputy.yaml --kubeconfig ~/.kube/config
   deputy replay --audit-log audit.log.1.gz --audit-log audit.log --policy next/ --baseline current/ -o json
   deputy replay --audit-log audit.log --policy next/ --authorization-config /etc/kubernetes/deputy/authorization-config.yaml --fail-on newly-denied`,
@@ -180,6 +181,13 @@ func runReplay(cmd *cobra.Command, f *replayFlags) error {
 		return err
 	}
 	t := rep.Totals
+	if t.Replayed+t.NotSentToDeputy+t.DecidedOutsideDeputy == 0 {
+		// Not one request understood: a wrong --audit-log, or an audit
+		// policy that records nothing at level Metadata. A CI gate must not
+		// pass on that.
+		return exitError{code: replayExitError, err: fmt.Errorf("no request in --audit-log %s could be replayed (%d lines read, %d unrebuildable, %d of other stages): is it kube-apiserver's audit log (--audit-log-path), recording requests at level Metadata or above?",
+			strings.Join(f.auditLogs, ", "), t.EventsRead, t.Unrebuildable, t.OtherStages)}
+	}
 	if (f.failOn == "newly-denied" || f.failOn == "any") && t.NewlyDenied > 0 ||
 		(f.failOn == "newly-allowed" || f.failOn == "any") && t.NewlyAllowed > 0 {
 		return exitError{code: replayExitChanges}

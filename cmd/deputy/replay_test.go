@@ -37,6 +37,37 @@ subjects:
 		code := execute(t.Context(), append([]string{"replay"}, args...), &out, &errb)
 		return code, out.String(), errb.String()
 	}
+	t.Run("README: the policy in force replays unchanged, the candidate changes exactly its edit", func(t *testing.T) {
+		totals := func(policy string) map[string]int64 {
+			code, out, errs := run("--audit-log", replayLog, "--policy", policy, "-o", "json")
+			if code != 0 {
+				t.Fatalf("--policy %s: exit %d\n%s", policy, code, errs)
+			}
+			var rep struct{ Totals map[string]int64 }
+			if err := json.Unmarshal([]byte(out), &rep); err != nil {
+				t.Fatal(err)
+			}
+			return rep.Totals
+		}
+		if got := totals("../../replay/testdata/policy"); got["replayed"] != 14 || got["unchanged"] != 14 {
+			t.Errorf("policy in force: %v, want 14 replayed, all unchanged", got)
+		}
+		if got := totals("../../replay/testdata/policy-next"); got["newlyDenied"] != 3 || got["newlyAllowed"] != 2 || got["unchanged"] != 9 {
+			t.Errorf("candidate: %v, want 3 newly denied, 2 newly allowed, 9 unchanged", got)
+		}
+	})
+	t.Run("a file in which no request can be replayed is an error, not a pass", func(t *testing.T) {
+		empty := filepath.Join(dir, "empty.log")
+		if err := os.WriteFile(empty, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for _, log := range []string{"../../README.md", empty} {
+			code, _, errs := run("--audit-log", log, "--policy", "../../examples", "--fail-on", "newly-denied")
+			if code != 2 || !strings.Contains(errs, "could be replayed") {
+				t.Errorf("--audit-log %s: exit %d, want 2 naming the log\n%s", log, code, errs)
+			}
+		}
+	})
 	t.Run("newly denied fails with --fail-on and names the group in JSON", func(t *testing.T) {
 		// The embedded examples grant replay-ann nothing.
 		code, out, errs := run("--audit-log", replayLog, "--policy", "../../examples", "--fail-on", "newly-denied", "-o", "json")

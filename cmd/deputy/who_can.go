@@ -105,6 +105,9 @@ type whoCanCheck struct {
 	Groups   []deputyauthz.GroupExpansion `json:"groups,omitempty"`
 	Refused  []whoCanRefusal              `json:"refused,omitempty"`
 	Warnings []string                     `json:"warnings,omitempty"`
+	// ClusterWideOnly: a resource request without a namespace, for which
+	// only ClusterRoleBindings are read.
+	ClusterWideOnly bool `json:"clusterWideOnly,omitempty"`
 }
 
 type whoCanGrant struct {
@@ -150,7 +153,7 @@ func (b *whoCanBinding) String() string {
 
 func newWhoCanCheck(c impersonationShape, ans deputyauthz.WhoCanAnswer) whoCanCheck {
 	out := whoCanCheck{Check: c.name, Verb: c.attrs.Verb, Request: strings.TrimSuffix(describeAttributes(c.attrs), fmt.Sprintf(" for user %q", c.attrs.User.GetName())),
-		Grants: []whoCanGrant{}, Groups: ans.Groups}
+		Grants: []whoCanGrant{}, Groups: ans.Groups, ClusterWideOnly: c.attrs.ResourceRequest && c.attrs.Namespace == ""}
 	for _, g := range ans.Grants {
 		out.Grants = append(out.Grants, whoCanGrant{Subject: g.Subject, User: g.UserName, Via: g.Via, Binding: bindingOf(g.Binding), Rule: g.Rule, Reason: g.Reason})
 	}
@@ -187,6 +190,9 @@ func printWhoCan(out, errOut io.Writer, report []whoCanCheck) {
 		}
 		if len(c.Grants) == 0 {
 			fmt.Fprintf(out, "nobody may %s\n", c.Request)
+			if c.ClusterWideOnly {
+				fmt.Fprintln(out, "(cluster-wide only: without -n NS no RoleBinding is read, as kube-apiserver reads none for a request without a namespace)")
+			}
 		} else {
 			w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "SUBJECT\tVIA\tRULE")

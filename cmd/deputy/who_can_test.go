@@ -24,8 +24,13 @@ func TestWhoCan(t *testing.T) {
 		{
 			name:    "without a namespace only ClusterRoleBindings apply",
 			args:    []string{"who-can", "list", "pods"},
-			want:    []string{"nobody may list pods"},
+			want:    []string{"nobody may list pods", "cluster-wide only: without -n NS no RoleBinding is read"},
 			notWant: []string{"alice"},
+		},
+		{
+			name: "impersonate:serviceaccount on a bare resource is checked in authentication.k8s.io",
+			args: append([]string{"who-can", "impersonate:serviceaccount", "serviceaccounts/guestbook-deployer", "-n", "guestbook"}, argocd...),
+			want: []string{"ServiceAccount/argocd/argocd-application-controller  AppProject argoproj.io argocd/guestbook destinationServiceAccounts[0]"},
 		},
 		{
 			name: "system:authenticated is expanded to the users the policy names",

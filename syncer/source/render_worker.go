@@ -352,9 +352,10 @@ func (w workerCommand) run(ctx context.Context, req workerRequest) ([]*unstructu
 	case res.limit != nil:
 		return nil, nil, fmt.Errorf("%s: %w", label, res.limit)
 	case exited && exitErr.ExitCode() == exitWorkerMemory,
-		res.end == nil && res.reported == nil && exited && exitErr.ExitCode() == 2 && outOfMemory(stderr.String()):
-		// The watchdog, or the Go runtime's fatal error (exit status 2)
-		// when RLIMIT_AS refused memory.
+		res.end == nil && res.reported == nil && exited && (exitErr.ExitCode() == 2 || exitErr.ExitCode() == raceRuntimeExit) && outOfMemory(stderr.String()):
+		// The watchdog, or the Go runtime's fatal error (exit status 2;
+		// the race runtime's 66 in -race test binaries) when RLIMIT_AS
+		// refused memory.
 		return nil, nil, fmt.Errorf("%s: %w", label, &LimitError{Field: FieldMaxRenderMemory, What: "the memory the render used", Limit: bytesString(req.Limits.MaxRenderMemory)})
 	case res.reported != nil:
 		return nil, nil, res.reported
@@ -527,12 +528,18 @@ func describeExit(err error) string {
 	return err.Error()
 }
 
+// raceRuntimeExit is the exit status of a binary built with -race when its
+// ThreadSanitizer runtime fails (GORACE exitcode, default 66): deputy's
+// tests are built so, and the render worker is the test binary.
+const raceRuntimeExit = 66
+
 // outOfMemory reports whether a worker's stderr says the Go runtime could
 // not get memory: the RLIMIT_AS backstop (or the system) refused it. (A
-// binary built with -race says "too many address space collisions" when
-// it cannot map more.)
+// binary built with -race says "too many address space collisions", or
+// "ThreadSanitizer failed to allocate … (errno: 12)", when it cannot map
+// more: deputy is never built so, its tests are.)
 func outOfMemory(stderr string) bool {
-	for _, s := range []string{"out of memory", "cannot allocate memory", "too many address space collisions"} {
+	for _, s := range []string{"out of memory", "cannot allocate memory", "too many address space collisions", "ThreadSanitizer failed to allocate"} {
 		if strings.Contains(stderr, s) {
 			return true
 		}

@@ -222,6 +222,15 @@ func (z *Authorizer) denialReason(ctx context.Context, a authorizer.Attributes, 
 	return msg
 }
 
+// Compose is deputy's authorizer as deputy serve answers /authorize: the
+// impersonation gate first (its Deny of an impersonation is final), then
+// RBAC, named GateName and RBACName, with opts.Default (New).
+func Compose(opts Options, gate *Gate, rbac *RBAC) (*Authorizer, error) {
+	return New(opts,
+		union.NamedAuthorizer{AuthorizerName: GateName, Authorizer: gate},
+		union.NamedAuthorizer{AuthorizerName: RBACName, Authorizer: rbac})
+}
+
 // ParseDefaultDecision validates a configured default decision.
 //
 // Errors: any value other than "", "NoOpinion" or "Deny".

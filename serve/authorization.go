@@ -9,7 +9,6 @@ import (
 
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	kauthorizer "k8s.io/apiserver/pkg/authorization/authorizer"
-	"k8s.io/apiserver/pkg/authorization/union"
 
 	"deputy.dev/deputy/authorizer"
 	"deputy.dev/deputy/config"
@@ -98,7 +97,5 @@ func newAuthorizer(a config.Authorization, source *policy.FileSource, mode *runM
 	gate.Store(authorizer.NewGate(gateOpts, source.Current, mode.clusterState()))
 	source.OnChange(func(*policy.Snapshot) { gate.Load().Refresh() })
 	// The gate goes first: its Deny of an impersonation must be final.
-	return authorizer.New(authorizer.Options{Default: decision},
-		union.NamedAuthorizer{AuthorizerName: "impersonation-gate", Authorizer: gate.Load()},
-		union.NamedAuthorizer{AuthorizerName: "rbac", Authorizer: authorizer.NewRBAC(source.Current)})
+	return authorizer.Compose(authorizer.Options{Default: decision}, gate.Load(), authorizer.NewRBAC(source.Current))
 }

@@ -85,18 +85,11 @@ what deputy's impersonation gate lets the user impersonate.`,
 			if f.output != "" {
 				return fmt.Errorf("-o %s: only can-i --list has an output format (json)", f.output)
 			}
-			attrs, note, err := canIAttributes(args[0], args[1], &f)
-			if err != nil {
-				return err
-			}
-			d, err := loadDecider(cmd.Context(), &f)
+			attrs, d, err := requestAndDecider(cmd, args[0], args[1], &f)
 			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
-			if note != "" {
-				fmt.Fprintf(cmd.ErrOrStderr(), "note: %s\n", note)
-			}
 			shapes := impersonationShapes(attrs)
 			if len(shapes) == 0 {
 				allowed, lines := d.decide(cmd.Context(), attrs)
@@ -146,6 +139,26 @@ type canIDecider struct {
 	what    string
 	// deny: authorization.defaultDecision is Deny.
 	deny bool
+}
+
+// requestAndDecider is what can-i and who-can start with: the request of
+// VERB TARGET (canIAttributes) and the decider (loadDecider); the note on
+// how the target was read goes to stderr.
+//
+// Errors: those of canIAttributes and loadDecider.
+func requestAndDecider(cmd *cobra.Command, verb, target string, f *canIFlags) (*authorizer.AttributesRecord, canIDecider, error) {
+	attrs, note, err := canIAttributes(verb, target, f)
+	if err != nil {
+		return nil, canIDecider{}, err
+	}
+	d, err := loadDecider(cmd.Context(), f)
+	if err != nil {
+		return nil, canIDecider{}, err
+	}
+	if note != "" {
+		fmt.Fprintf(cmd.ErrOrStderr(), "note: %s\n", note)
+	}
+	return attrs, d, nil
 }
 
 // loadDecider loads what can-i and who-can decide with: the configuration

@@ -12,7 +12,6 @@ import (
 	"k8s.io/apiserver/pkg/apis/apiserver"
 	"k8s.io/apiserver/pkg/apis/apiserver/load"
 	kauthorizer "k8s.io/apiserver/pkg/authorization/authorizer"
-	"k8s.io/apiserver/pkg/authorization/union"
 
 	deputyauthz "deputy.dev/deputy/authorizer"
 	"deputy.dev/deputy/config"
@@ -233,9 +232,7 @@ func deputyAuthorizer(a config.Authorization, snap *policy.Snapshot, cluster *po
 		clusterState = func() *policy.ClusterState { return cluster }
 	}
 	current := func() *policy.Snapshot { return snap }
-	return deputyauthz.New(deputyauthz.Options{Default: decision},
-		union.NamedAuthorizer{AuthorizerName: "impersonation-gate", Authorizer: deputyauthz.NewGate(gateOpts, current, clusterState)},
-		union.NamedAuthorizer{AuthorizerName: "rbac", Authorizer: deputyauthz.NewRBAC(current)})
+	return deputyauthz.Compose(deputyauthz.Options{Default: decision}, deputyauthz.NewGate(gateOpts, current, clusterState), deputyauthz.NewRBAC(current))
 }
 
 // kubeRBAC is kube-apiserver's RBAC authorizer over the cluster's RBAC

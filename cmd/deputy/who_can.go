@@ -48,16 +48,9 @@ for both checks kube-apiserver makes (constrained, then legacy).`,
 			if f.output != "" && f.output != "json" {
 				return fmt.Errorf("-o %s: the only output format is json", f.output)
 			}
-			attrs, note, err := canIAttributes(args[0], args[1], &f)
+			attrs, d, err := requestAndDecider(cmd, args[0], args[1], &f)
 			if err != nil {
 				return err
-			}
-			d, err := loadDecider(cmd.Context(), &f)
-			if err != nil {
-				return err
-			}
-			if note != "" {
-				fmt.Fprintf(cmd.ErrOrStderr(), "note: %s\n", note)
 			}
 			opts := deputyauthz.WhoCanOptions{Gate: d.gate}
 			if d.deny {
